@@ -1,0 +1,213 @@
+"""The backend registry: which kernels exist, which can run here, and loading them.
+
+Backends: `oracle` (pure Python, the definition), `cpu-numba`, `cpu-cffi`, `cuda`
+(a real NVIDIA GPU) and `cuda-sim` (the CUDA kernels under numba's simulator, run
+in a worker process unless this process already has NUMBA_ENABLE_CUDASIM=1).
+
+Modes: `identical` is the contract (the oracle's bits everywhere);
+`deterministic` (same bits run to run and across threads on one backend) and
+`fast` carry no contract and are labelled so wherever they appear.
+
+Selection: the call's `backend=` / `numeric_mode=`, else MOJOLIKE_BACKEND /
+MOJOLIKE_NUMERIC_MODE, else `cpu-numba` / `identical`. Loading compiles on first
+use (numba `cache=True`, the cffi build cache); importing this module compiles
+nothing.
+
+>>> [b.name for b in backends()][:3]
+['oracle', 'cpu-numba', 'cpu-cffi']
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import shutil
+import sys
+import sysconfig
+import threading
+from dataclasses import dataclass
+
+from .refusals import BackendUnavailable, refuse
+
+BACKENDS = ("oracle", "cpu-numba", "cpu-cffi", "cuda", "cuda-sim")
+MODES = ("identical", "deterministic", "fast")
+DEFAULT_BACKEND = "cpu-numba"
+DEFAULT_MODE = "identical"
+CONTRACT_MODE = "identical"
+
+_DESCRIPTIONS = {
+    "oracle": "pure Python, exact binary32 emulation; the definition",
+    "cpu-numba": "numba on the CPU, parallel over chunks",
+    "cpu-cffi": "C through cffi, OpenMP where available",
+    "cuda": "numba CUDA on an NVIDIA GPU",
+    "cuda-sim": "the CUDA kernels under numba's CUDA simulator (slow; for CI)",
+}
+
+# (family, backend) -> "module:factory"; factory(mode) returns the family's kernels.
+_LOADERS = {
+    ("fold", "oracle"): "mojolike._fold:oracle_kernels",
+    ("fold", "cpu-numba"): "mojolike.native.fold:load",
+    ("fold", "cpu-cffi"): "mojolike.native.c.fold:load",
+    ("fold", "cuda"): "mojolike.native.cuda.fold:load",
+    ("fold", "cuda-sim"): "mojolike.native.cuda.fold:load",
+}
+
+
+def mode_label(mode: str) -> str:
+    """How a mode is shown next to results: only `identical` carries the contract."""
+    return mode if mode == CONTRACT_MODE else f"{mode} (no contract)"
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str
+    available: bool
+    reason: str  # why not, when unavailable; how it runs, when available
+    description: str
+
+
+def simulator_process() -> bool:
+    """True when numba's CUDA simulator is (or will be) active in this process."""
+    if "numba" in sys.modules:
+        from numba import config
+        return bool(config.ENABLE_CUDASIM)
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+def _have(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _cuda_status() -> tuple[bool, str]:
+    if simulator_process():
+        return False, "this process runs numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
+    if not _have("numba.cuda"):
+        return False, "numba-cuda is not installed"
+    from numba import cuda
+    if cuda.is_available():
+        return True, f"GPU: {cuda.get_current_device().name.decode()}"
+    try:
+        from numba.cuda.cudadrv.driver import driver
+        driver.initialize()
+    except Exception as e:  # the driver's own words say why
+        first = next((ln.strip() for ln in str(e).splitlines()
+                      if ln.strip() and "Error at driver init" not in ln), str(e))
+        return False, f"no usable NVIDIA GPU: {first}"
+    return False, "no usable NVIDIA GPU: numba.cuda.is_available() is False"
+
+
+def _status(name: str) -> tuple[bool, str]:
+    if name == "oracle":
+        return True, "always"
+    if name == "cpu-numba":
+        return (True, "numba") if _have("numba") else (False, "numba is not installed")
+    if name == "cpu-cffi":
+        if not _have("cffi"):
+            return False, "cffi is not installed"
+        from .native.c import build
+        if build.cached_build_exists():
+            return True, "cached build"
+        cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+        if shutil.which(cc) is None:
+            return False, f"no C compiler ({cc!r} not found) and no cached build"
+        return True, f"compiles with {cc} on first use"
+    if name == "cuda":
+        return _cuda_status()
+    if name == "cuda-sim":
+        if not _have("numba.cuda"):
+            return False, "numba-cuda is not installed"
+        return True, "in this process" if simulator_process() else "in a worker process"
+    raise KeyError(name)
+
+
+_status_cache: dict[str, tuple[bool, str]] = {}
+
+
+def backends() -> list[BackendInfo]:
+    """Every backend, whether it can run in this process and, if not, why."""
+    out = []
+    for name in BACKENDS:
+        if name not in _status_cache:
+            _status_cache[name] = _status(name)
+        ok, why = _status_cache[name]
+        out.append(BackendInfo(name, ok, why, _DESCRIPTIONS[name]))
+    return out
+
+
+def resolve(entry: str, backend: str | None, numeric_mode: str | None) -> tuple[str, str]:
+    """The (backend, mode) a call runs with: argument, else environment, else default."""
+    if backend is None:
+        backend = os.environ.get("MOJOLIKE_BACKEND") or DEFAULT_BACKEND
+        option = "MOJOLIKE_BACKEND" if os.environ.get("MOJOLIKE_BACKEND") else "backend"
+    else:
+        option = "backend"
+    if backend not in BACKENDS:
+        refuse(entry, f"{option}={backend!r}", f"is not a backend; choose one of {', '.join(BACKENDS)}")
+    if numeric_mode is None:
+        numeric_mode = os.environ.get("MOJOLIKE_NUMERIC_MODE") or DEFAULT_MODE
+        option = "MOJOLIKE_NUMERIC_MODE" if os.environ.get("MOJOLIKE_NUMERIC_MODE") else "numeric_mode"
+    else:
+        option = "numeric_mode"
+    if numeric_mode not in MODES:
+        refuse(entry, f"{option}={numeric_mode!r}", f"is not a numeric mode; choose one of {', '.join(MODES)}")
+    if backend == "oracle" and numeric_mode != CONTRACT_MODE:
+        refuse(entry, f"numeric_mode={numeric_mode!r}",
+               "has no oracle; the oracle defines the identical mode only")
+    return backend, numeric_mode
+
+
+_loaded: dict[tuple[str, str, str], object] = {}
+_lock = threading.Lock()
+_used = threading.local()
+
+
+def kernels(entry: str, family: str, backend: str | None = None, numeric_mode: str | None = None):
+    """The loaded kernels of `family` for the resolved backend and mode.
+
+    The kernels report the backend and mode they were built for; a mismatch is
+    refused by name rather than returning bits under the wrong label.
+    """
+    backend, mode = resolve(entry, backend, numeric_mode)
+    key = (family, backend, mode)
+    k = _loaded.get(key)
+    if k is None:
+        with _lock:
+            k = _loaded.get(key)
+            if k is None:
+                ok, why = dict((b.name, (b.available, b.reason)) for b in backends())[backend]
+                if not ok:
+                    raise BackendUnavailable(entry, f"backend={backend!r}", f"cannot run here: {why}")
+                if backend == "cuda-sim" and not simulator_process():
+                    from .native.cuda.simworker import proxy
+                    k = proxy(family, mode)
+                else:
+                    module, factory = _LOADERS[(family, backend)].split(":")
+                    k = getattr(importlib.import_module(module), factory)(mode, backend=backend)
+                check_label(entry, k, backend, mode)
+                _loaded[key] = k
+    _used.kernels = k
+    return k
+
+
+def check_label(entry: str, k, backend: str, mode: str) -> None:
+    got = (getattr(k, "backend", None), getattr(k, "numeric_mode", None))
+    if got != (backend, mode):
+        raise BackendUnavailable(
+            entry, f"backend={backend!r}",
+            f"loaded kernels report backend={got[0]!r} numeric_mode={got[1]!r}, "
+            f"not {backend!r} / {mode!r}; refusing to return bits under the wrong label")
+
+
+def backend_used() -> str | None:
+    """The backend reported by the kernels of the last call in this thread (None before any)."""
+    k = getattr(_used, "kernels", None)
+    return None if k is None else k.backend
+
+
+def numeric_mode_used() -> str | None:
+    """The numeric mode reported by the kernels of the last call in this thread."""
+    k = getattr(_used, "kernels", None)
+    return None if k is None else k.numeric_mode

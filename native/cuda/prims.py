@@ -1,0 +1,74 @@
+"""binary32 primitives for the CUDA kernels, bound per target.
+
+On a GPU every operation is a libdevice `f*_rn` call: it lowers to `add.rn.f32`
+and friends, which ptxas never fuses into an `fma` (plain `+`/`*` it may fuse,
+and numba-cuda contracts `a*b+c` even without fastmath). Under numba's CUDA
+simulator libdevice is an empty stub, so the same names bind to numpy float32
+operations, and the warp shuffle (which the simulator lacks) is emulated through
+shared memory with the same semantics: lanes whose source is past lane 31 get
+their own value back.
+
+Kernels call these names and nothing else for float arithmetic, so one kernel
+source serves both targets.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import cuda
+
+SIMULATOR = bool(numba.config.ENABLE_CUDASIM)
+FULL_MASK = 0xFFFFFFFF
+# Warps per block: one warp per 1024-element chunk. The simulator runs a Python
+# thread per CUDA thread, so it gets one warp per block to stay small.
+WARPS = 1 if SIMULATOR else 8
+
+if SIMULATOR:
+    _f32 = np.float32
+
+    # Plain functions: they touch no `cuda` API, and skipping the simulator's
+    # device-function wrapper makes each call several times cheaper.
+    def add(a, b):
+        return _f32(_f32(a) + _f32(b))
+
+    def sub(a, b):
+        return _f32(_f32(a) - _f32(b))
+
+    def mul(a, b):
+        return _f32(_f32(a) * _f32(b))
+
+    def div(a, b):
+        with np.errstate(all="ignore"):
+            return _f32(_f32(a) / _f32(b))
+
+    @cuda.jit(device=True)
+    def shfl_down(scratch, tid, v, off):
+        cuda.syncthreads()  # every lane has read the previous round
+        scratch[tid] = v
+        cuda.syncthreads()
+        if (tid & 31) + off < 32:
+            return scratch[tid + off]
+        return v
+
+else:
+    from numba.cuda import libdevice
+
+    @cuda.jit(device=True, inline="always")
+    def add(a, b):
+        return libdevice.fadd_rn(a, b)
+
+    @cuda.jit(device=True, inline="always")
+    def sub(a, b):
+        return libdevice.fsub_rn(a, b)
+
+    @cuda.jit(device=True, inline="always")
+    def mul(a, b):
+        return libdevice.fmul_rn(a, b)
+
+    @cuda.jit(device=True, inline="always")
+    def div(a, b):
+        return libdevice.fdiv_rn(a, b)
+
+    @cuda.jit(device=True, inline="always")
+    def shfl_down(scratch, tid, v, off):
+        return cuda.shfl_down_sync(FULL_MASK, v, off)

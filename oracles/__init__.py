@@ -1,0 +1,1 @@
+"""Exact pure-Python definitions: the spec every kernel is compared to, bit for bit."""

@@ -1,0 +1,85 @@
+"""The canonical reduction tree `fold`, and the sums built on it, as exact definitions.
+
+fold(x), for binary32 values x[0..n), n >= 1:
+
+1. pad to a multiple of CHUNK = 1024 with -0.0;
+2. in each chunk, lane j (of LANES = 32) sums x[c*1024 + i*32 + j] for
+   i = 0..31 in order, starting from -0.0;
+3. the 32 lane values combine by the butterfly a[j] = a[j] + a[j+off],
+   off = 16, 8, 4, 2, 1; lane 0 is the chunk partial;
+4. chunk partials combine pairwise, level by level: (p0+p1), (p2+p3), ...,
+   an odd last partial carried up unchanged.
+
+sumsq(x) is fold of the rounded squares x[i]*x[i]; dot(a, b) is fold of the
+rounded products a[i]*b[i]. Every + and * is one binary32 operation.
+
+Reproducibility: the tree depends on n alone. Padding with -0.0 changes nothing
+(x + -0.0 is x for every x, +0.0 included), so padded slots are skipped.
+
+>>> fold([1.0, 2.0 ** -24, 2.0 ** -24])   # lanes 0..2 hold one value each
+1.0
+>>> sumsq([3.0, 4.0])
+25.0
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from . import f32
+
+LANES = 32
+CHUNK = LANES * LANES  # 32 steps of 32 lanes
+LANE_START = -0.0
+BUTTERFLY = (16, 8, 4, 2, 1)
+
+
+def _chunk_partial(ys: Sequence[float], add: Callable[[float, float], float],
+                   lanes: int, start: float) -> float:
+    acc = [start] * lanes
+    for i, y in enumerate(ys):
+        acc[i % lanes] = add(acc[i % lanes], y)
+    off = lanes // 2
+    while off >= 1:
+        for j in range(off):
+            acc[j] = add(acc[j], acc[j + off])
+        off //= 2
+    return acc[0]
+
+
+def pairwise(partials: Sequence[float], add: Callable[[float, float], float] = f32.add) -> float:
+    """Combine partials level by level, (p0+p1), (p2+p3), ...; an odd last one is carried up."""
+    level = list(partials)
+    while len(level) > 1:
+        nxt = [add(level[k], level[k + 1]) for k in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def fold_tree(ys: Sequence[float], *, lanes: int = LANES, start: float = LANE_START,
+              add: Callable[[float, float], float] = f32.add) -> float:
+    """fold with its constants as parameters, so negative controls can vary one at a time."""
+    if len(ys) == 0:
+        raise ValueError("fold needs at least one value")
+    chunk = lanes * 32  # 32 steps per lane, as in the canonical tree
+    partials = [_chunk_partial(ys[c:c + chunk], add, lanes, start)
+                for c in range(0, len(ys), chunk)]
+    return pairwise(partials, add)
+
+
+def fold(x: Sequence[float]) -> float:
+    """The canonical sum of binary32 values `x` (see the module docstring)."""
+    return fold_tree(x)
+
+
+def sumsq(x: Sequence[float]) -> float:
+    """fold of the rounded squares x[i]*x[i]."""
+    return fold_tree([f32.mul(v, v) for v in x])
+
+
+def dot(a: Sequence[float], b: Sequence[float]) -> float:
+    """fold of the rounded products a[i]*b[i]; a and b have one length."""
+    if len(a) != len(b):
+        raise ValueError(f"dot needs equal lengths, got {len(a)} and {len(b)}")
+    return fold_tree([f32.mul(u, v) for u, v in zip(a, b)])
