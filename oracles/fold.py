@@ -33,11 +33,11 @@ LANE_START = -0.0
 BUTTERFLY = (16, 8, 4, 2, 1)
 
 
-def _chunk_partial(ys: Sequence[float], add: Callable[[float, float], float],
-                   lanes: int, start: float) -> float:
+def _chunk_partial(ys: Sequence, add: Callable[[float, float], float],
+                   lanes: int, start: float, accumulate: Callable) -> float:
     acc = [start] * lanes
     for i, y in enumerate(ys):
-        acc[i % lanes] = add(acc[i % lanes], y)
+        acc[i % lanes] = accumulate(acc[i % lanes], y)
     off = lanes // 2
     while off >= 1:
         for j in range(off):
@@ -57,13 +57,17 @@ def pairwise(partials: Sequence[float], add: Callable[[float, float], float] = f
     return level[0]
 
 
-def fold_tree(ys: Sequence[float], *, lanes: int = LANES, start: float = LANE_START,
-              add: Callable[[float, float], float] = f32.add) -> float:
-    """fold with its constants as parameters, so negative controls can vary one at a time."""
+def fold_tree(ys: Sequence, *, lanes: int = LANES, start: float = LANE_START,
+              add: Callable[[float, float], float] = f32.add,
+              accumulate: Callable | None = None) -> float:
+    """fold with its constants as parameters, so negative controls can vary one at a time.
+
+    `accumulate(acc, y)` is the lane step (default `add`); `add` combines lanes and partials.
+    """
     if len(ys) == 0:
         raise ValueError("fold needs at least one value")
     chunk = lanes * 32  # 32 steps per lane, as in the canonical tree
-    partials = [_chunk_partial(ys[c:c + chunk], add, lanes, start)
+    partials = [_chunk_partial(ys[c:c + chunk], add, lanes, start, accumulate or add)
                 for c in range(0, len(ys), chunk)]
     return pairwise(partials, add)
 

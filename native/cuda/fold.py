@@ -16,7 +16,7 @@ import numpy as np
 from numba import cuda, float32, int64, void
 
 from ...oracles.fold import CHUNK, LANES
-from .prims import SIMULATOR, WARPS, add, mul, shfl_down
+from .prims import SIMULATOR, WARPS, add, mul, shfl_down, warp_scratch
 
 NEG_ZERO = np.float32(-0.0)
 BLOCK = 32 * WARPS
@@ -24,7 +24,7 @@ TREE_BLOCK = 32 if SIMULATOR else 256
 
 
 def fold_partials(x, n, partials):
-    scratch = cuda.shared.array(BLOCK, float32)  # read only by the simulator's shuffle
+    scratch = warp_scratch()  # used only by the simulator's shuffle
     tid = cuda.threadIdx.x
     lane = tid & 31
     c = cuda.blockIdx.x * WARPS + (tid >> 5)
@@ -43,7 +43,7 @@ def fold_partials(x, n, partials):
 
 
 def dot_partials(a, b, n, partials):
-    scratch = cuda.shared.array(BLOCK, float32)
+    scratch = warp_scratch()
     tid = cuda.threadIdx.x
     lane = tid & 31
     c = cuda.blockIdx.x * WARPS + (tid >> 5)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import cuda
+from numba import cuda, float32
 
 SIMULATOR = bool(numba.config.ENABLE_CUDASIM)
 FULL_MASK = 0xFFFFFFFF
@@ -28,18 +28,33 @@ if SIMULATOR:
 
     # Plain functions: they touch no `cuda` API, and skipping the simulator's
     # device-function wrapper makes each call several times cheaper.
+    # errstate: overflow to inf and inf - inf are IEEE results here, not errors
+
     def add(a, b):
-        return _f32(_f32(a) + _f32(b))
+        with np.errstate(all="ignore"):
+            return _f32(_f32(a) + _f32(b))
 
     def sub(a, b):
-        return _f32(_f32(a) - _f32(b))
+        with np.errstate(all="ignore"):
+            return _f32(_f32(a) - _f32(b))
 
     def mul(a, b):
-        return _f32(_f32(a) * _f32(b))
+        with np.errstate(all="ignore"):
+            return _f32(_f32(a) * _f32(b))
 
     def div(a, b):
         with np.errstate(all="ignore"):
             return _f32(_f32(a) / _f32(b))
+
+    @cuda.jit(device=True)
+    def warp_scratch():
+        # The simulator keys shared arrays by source line and creates them
+        # without a lock, so threads racing through the first call can get
+        # private copies. After a barrier every thread sees the one that won.
+        for _ in range(2):
+            scratch = cuda.shared.array(32 * WARPS, float32)
+            cuda.syncthreads()
+        return scratch
 
     @cuda.jit(device=True)
     def shfl_down(scratch, tid, v, off):
@@ -68,6 +83,10 @@ else:
     @cuda.jit(device=True, inline="always")
     def div(a, b):
         return libdevice.fdiv_rn(a, b)
+
+    @cuda.jit(device=True, inline="always")
+    def warp_scratch():
+        return cuda.shared.array(1, float32)  # unused: the hardware shuffles registers
 
     @cuda.jit(device=True, inline="always")
     def shfl_down(scratch, tid, v, off):

@@ -103,9 +103,10 @@ class SimProxy:
         head, _ = _get_worker().call({"family": family, "mode": mode, "method": None})
         self.backend, self.numeric_mode = head["backend"], head["numeric_mode"]
         self.details = dict(head["details"], process="worker")
+        self._methods = frozenset(head["methods"])
 
     def __getattr__(self, method: str):
-        if method.startswith("_"):
+        if method.startswith("_") or method not in self._methods:
             raise AttributeError(method)
 
         def call(*arrays):
@@ -129,8 +130,9 @@ def serve(inp, out) -> None:
             k = registry.kernels("cuda-sim worker", head["family"], "cuda-sim", head["mode"])
             result = () if head["method"] is None else getattr(k, head["method"])(*arrays)
             result = result if isinstance(result, tuple) else (result,)
+            methods = [m for m in dir(k) if not m.startswith("_") and callable(getattr(k, m))]
             _send(out, {"ok": True, "backend": k.backend, "numeric_mode": k.numeric_mode,
-                        "details": k.details}, [np.asarray(r) for r in result])
+                        "details": k.details, "methods": methods}, [np.asarray(r) for r in result])
         except Refusal as e:
             _send(out, {"ok": False, "type": type(e).__name__, "entry_point": e.entry_point,
                         "option": e.option, "reason": e.reason})

@@ -1,0 +1,222 @@
+"""Run a suite on a backend: compare every cell with the oracle, write the card, check the clauses.
+
+Clauses (the letters are the contract's, see contracts/<suite>.md):
+  a  every output cell equals the oracle's bits (all NaNs one class);
+  b  the card is byte-identical to the reference card and to every other
+     backend's card in the same run (settled by `finish_cross_backend`);
+  c  suite-specific (fold: the same bits with 1 and 2 threads);
+  e  every negative control produces a different card.
+
+>>> from mojolike.contracts import fold
+>>> r = run(fold, "oracle")
+>>> r.clauses["a"].status, r.records == 3 * len(fold.cases())
+('n/a', True)
+"""
+from __future__ import annotations
+
+import importlib
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import registry
+from ..cards import reference_path
+from . import cardformat as cards
+
+CERTIFY = "mojolike certify"
+
+
+@dataclass
+class Clause:
+    status: str  # "pass", "fail" or "n/a"
+    detail: str
+
+
+@dataclass
+class SuiteRun:
+    suite: str
+    profile: str
+    backend: str
+    numeric_mode: str
+    card: str
+    card_md5: str
+    records: int
+    cases: int
+    cells_compared: int
+    clauses: dict[str, Clause]
+    details: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "fail" for c in self.clauses.values())
+
+
+def suite_module(name: str):
+    return importlib.import_module(f"mojolike.contracts.{name}")
+
+
+def _outputs(suite, k, progress=None, label: str = "") -> dict[str, np.ndarray]:
+    out = {}
+    all_cases = suite.cases()
+    for i, case in enumerate(all_cases, 1):
+        for name, arr in suite.outputs(k, case):
+            out[f"{case.id}/{name}"] = np.asarray(arr, dtype=np.float32).reshape(-1)
+        if progress:
+            progress(label, i, len(all_cases))
+    return out
+
+
+def _card(suite, outs: dict[str, np.ndarray]) -> str:
+    recs = []
+    for key, arr in outs.items():
+        case_id, name = key.rsplit("/", 1)
+        recs.append(cards.record(case_id, name, arr))
+    return cards.render(suite.PROFILE, recs)
+
+
+_oracle_outputs: dict[str, dict[str, np.ndarray]] = {}
+_controls: dict[str, Clause] = {}
+
+
+def oracle_outputs(suite, progress=None) -> dict[str, np.ndarray]:
+    if suite.NAME not in _oracle_outputs:
+        k = registry.kernels(CERTIFY, suite.FAMILY, "oracle", registry.CONTRACT_MODE)
+        _oracle_outputs[suite.NAME] = _outputs(suite, k, progress, f"{suite.NAME} oracle")
+    return _oracle_outputs[suite.NAME]
+
+
+def _hex(a: np.ndarray) -> str:
+    return " ".join(f"0x{u:08x}" for u in a.view(np.uint32)[:4])
+
+
+def compare_with_oracle(outs, ref) -> tuple[int, list[str]]:
+    """(cells compared, descriptions of the first mismatches) with all NaNs one class."""
+    cells, bad = 0, []
+    for key, want in ref.items():
+        got = outs[key]
+        cells += want.size
+        same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+        if got.shape != want.shape or not same.all():
+            bad.append(f"{key}: got {_hex(got)} oracle {_hex(want)}")
+    return cells, bad
+
+
+def negative_controls(suite, progress=None) -> Clause:
+    """Clause (e): each deliberately wrong tree must give a card that differs from the oracle's."""
+    if suite.NAME in _controls:
+        return _controls[suite.NAME]
+    true_card = _card(suite, oracle_outputs(suite, progress))
+    lines, caught = [], 0
+    for ctl in suite.negative_controls():
+        card = _card(suite, _outputs(suite, ctl, progress, f"{suite.NAME} control {ctl.name}"))
+        n = cards.count_differing_records(true_card, card)
+        caught += n > 0
+        lines.append(f"{ctl.name} ({ctl.describe}): md5={cards.md5_text(card)}, "
+                     f"{n} records differ" if n else f"{ctl.name}: NOT detected, card is identical")
+    status = "pass" if caught == len(lines) and lines else "fail"
+    _controls[suite.NAME] = Clause(status, f"{caught}/{len(lines)} controls give a different card; "
+                                           + "; ".join(lines))
+    return _controls[suite.NAME]
+
+
+def run(suite, backend: str, *, progress=None, controls: bool = True) -> SuiteRun:
+    """Run `suite` on `backend` in identical mode; clause (b) starts as a reference check."""
+    t0 = time.perf_counter()
+    k = registry.kernels(CERTIFY, suite.FAMILY, backend, registry.CONTRACT_MODE)
+    ref = oracle_outputs(suite, progress)
+    outs = ref if backend == "oracle" else _outputs(suite, k, progress, f"{suite.NAME} {backend}")
+    cells, bad = compare_with_oracle(outs, ref)
+    if backend == "oracle":
+        a = Clause("n/a", f"the oracle is the reference ({cells} cells)")
+    elif bad:
+        a = Clause("fail", f"{len(bad)} of {len(ref)} outputs differ from the oracle; first: "
+                           + "; ".join(bad[:3]))
+    else:
+        a = Clause("pass", f"{len(suite.cases())} cases, {cells} cells equal the oracle bit for bit")
+    card = _card(suite, outs)
+    clauses = {"a": a, "b": reference_clause(suite, card), "c": Clause(*suite.clause_threads(k))}
+    if controls:
+        clauses["e"] = negative_controls(suite, progress)
+    return SuiteRun(suite.NAME, suite.PROFILE, k.backend, k.numeric_mode, card, cards.md5_text(card),
+                    len(cards.records_of(card)), len(suite.cases()), cells, clauses,
+                    dict(k.details), round(time.perf_counter() - t0, 3))
+
+
+def reference_clause(suite, card: str) -> Clause:
+    path = reference_path(suite.NAME)
+    if not path.exists():
+        return Clause("fail", f"no reference card at {path}")
+    diff = cards.first_difference(path.read_text(), card)
+    if diff:
+        return Clause("fail", f"differs from the reference card {path.name}: {diff}")
+    return Clause("pass", f"equals the reference card {path.name} (md5 {cards.md5_text(card)})")
+
+
+def finish_cross_backend(runs: list[SuiteRun], *, against_reference: bool = True) -> None:
+    """Settle clause (b) for runs of one suite: every card equal to every other (and the reference)."""
+    if not runs:
+        return
+    first = runs[0]
+    for r in runs:
+        others = [o for o in runs if o is not r]
+        diffs = [f"{o.backend}: {cards.first_difference(o.card, r.card)}"
+                 for o in others if o.card != r.card]
+        ref = r.clauses["b"] if against_reference else Clause("pass", "reference not consulted")
+        names = ", ".join(o.backend for o in others) or "no other backend"
+        if diffs:
+            r.clauses["b"] = Clause("fail", "differs from " + "; ".join(diffs))
+        elif ref.status == "fail":
+            r.clauses["b"] = ref
+        else:
+            r.clauses["b"] = Clause("pass", f"md5 {first.card_md5} on {names} too; {ref.detail}")
+
+
+def _versions() -> dict:
+    out = {"python": platform.python_version()}
+    for mod in ("numpy", "numba", "cffi"):
+        try:
+            out[mod] = importlib.import_module(mod).__version__
+        except ImportError:
+            out[mod] = None
+    try:
+        from importlib.metadata import version
+        out["numba-cuda"] = version("numba-cuda")
+    except Exception:
+        out["numba-cuda"] = None
+    return out
+
+
+def gpu_status(suite_name: str) -> dict:
+    """Whether a real NVIDIA run of this suite is on record (a committed cuda meta beside the cards)."""
+    meta = reference_path(suite_name).with_name(f"{suite_name}.cuda.meta.json")
+    if meta.exists():
+        return {"real_gpu_run": True, "record": meta.name}
+    return {"real_gpu_run": False,
+            "note": "no run on a real NVIDIA GPU has happened for this suite yet; the CUDA kernels "
+                    "have run only under numba's CUDA simulator (cuda-sim)"}
+
+
+def meta(r: SuiteRun) -> dict:
+    d = asdict(r)
+    d.pop("card")
+    d["numeric_mode"] = registry.mode_label(r.numeric_mode)
+    d["host"] = {"platform": platform.platform(), "machine": platform.machine(),
+                 "argv": " ".join(sys.argv)}
+    d["versions"] = _versions()
+    d["gpu"] = gpu_status(r.suite)
+    d["ok"] = r.ok
+    return d
+
+
+def write(r: SuiteRun, out_dir: Path) -> tuple[Path, Path]:
+    """Write `<out>/<backend>/<suite>.card` and `.meta.json`, each atomically."""
+    folder = Path(out_dir) / r.backend
+    card_path, meta_path = folder / f"{r.suite}.card", folder / f"{r.suite}.meta.json"
+    cards.write_atomic(card_path, r.card)
+    cards.write_json_atomic(meta_path, meta(r))
+    return card_path, meta_path
