@@ -24,9 +24,12 @@ def fold(x, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
     Reproducibility: in numeric_mode="identical" the result has the oracle's
     bits on every backend and thread count; the tree depends only on x.size.
 
+    Lanes hold every 32nd element, so 1e8 and -1e8 cancel before the 1.0 joins
+    (a serial float32 sum would lose the 1.0 and return 0.0):
+
     >>> import numpy as np, mojolike
     >>> mojolike.fold(np.array([1e8, 1.0, -1e8], np.float32), backend="oracle")
-    np.float32(0.0)
+    np.float32(1.0)
     """
     refuse_unknown_keywords("mojolike.fold", unknown, ("x",) + _OPTIONS)
     a = as_f32("mojolike.fold", "x", x)

@@ -35,11 +35,11 @@ def as_f32(entry: str, name: str, obj, *, writable: bool = False) -> np.ndarray:
     With `writable=True` the buffer must also accept writes (it will be updated in place).
     """
     a = _as_array(entry, name, obj)
+    if a.dtype.kind == "f" and a.dtype.itemsize == 4 and not a.dtype.isnative:
+        refuse(entry, name, "is float32 in non-native byte order; pass a native-order copy")
     if a.dtype != np.float32:
         refuse(entry, name, f"has dtype {a.dtype.name}; only float32 buffers are covered "
                             f"(float16, bfloat16 and float64 are not converted)")
-    if not a.dtype.isnative:
-        refuse(entry, name, "is float32 in non-native byte order; pass a native-order copy")
     if a.size == 0:
         refuse(entry, name, "is empty; at least one element is needed")
     if not a.flags.c_contiguous:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import float32, njit, prange, void
+from numba import float32, njit, prange, types, void
 
 from ..oracles.fold import CHUNK, LANES
 
@@ -26,6 +26,8 @@ NEG_ZERO = np.float32(-0.0)
 GROUP = 16  # chunks per parallel task: amortizes the lane array over 16 KiB of input
 
 _STRICT = dict(cache=True, error_model="numpy")  # fastmath off: no contraction, no reassociation
+# Inputs are typed read-only: writable arrays convert to it, and callers may pass read-only buffers.
+IN = types.Array(float32, 1, "C", readonly=True)
 
 
 @njit(void(float32[::1]), inline="always", **_STRICT)
@@ -37,7 +39,7 @@ def _butterfly(acc):
         off //= 2
 
 
-@njit(void(float32[::1], float32[::1]), parallel=True, **_STRICT)
+@njit(void(IN, float32[::1]), parallel=True, **_STRICT)
 def _fold_partials(x, partials):
     n = x.size
     nchunks = partials.size
@@ -58,7 +60,7 @@ def _fold_partials(x, partials):
             partials[c] = acc[0]
 
 
-@njit(void(float32[::1], float32[::1], float32[::1]), parallel=True, **_STRICT)
+@njit(void(IN, IN, float32[::1]), parallel=True, **_STRICT)
 def _dot_partials(a, b, partials):
     n = a.size
     nchunks = partials.size

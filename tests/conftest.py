@@ -1,0 +1,29 @@
+"""Shared helpers: bitwise comparison with paste-able hex failures, and the backends under test."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mojolike
+
+CPU_BACKENDS = ("cpu-numba", "cpu-cffi")
+
+
+def bits(v) -> np.ndarray:
+    return np.atleast_1d(np.asarray(v, dtype=np.float32)).view(np.uint32)
+
+
+def same_bits(got, want) -> bool:
+    """Bitwise equality, all NaNs one class."""
+    g, w = np.atleast_1d(np.float32(got)), np.atleast_1d(np.float32(want))
+    return g.shape == w.shape and bool(((bits(g) == bits(w)) | (np.isnan(g) & np.isnan(w))).all())
+
+
+def assert_same_bits(got, want, what: str = "") -> None:
+    if not same_bits(got, want):
+        hx = lambda v: " ".join(f"0x{u:08x}" for u in bits(v)[:8])
+        pytest.fail(f"FAIL {what} got={hx(got)} ({np.float32(got)!r}) oracle={hx(want)} ({np.float32(want)!r})")
+
+
+def available(name: str) -> bool:
+    return {b.name: b.available for b in mojolike.backends()}[name]
