@@ -137,22 +137,22 @@ def backends() -> list[BackendInfo]:
     return out
 
 
+def _pick(entry: str, option: str, value, env: str, default: str, choices: tuple[str, ...],
+          what: str) -> str:
+    if value is None and os.environ.get(env):
+        value, option = os.environ[env], env
+    value = default if value is None else value
+    if value not in choices:
+        refuse(entry, f"{option}={value!r}", f"is not {what}; choose one of {', '.join(choices)}")
+    return value
+
+
 def resolve(entry: str, backend: str | None, numeric_mode: str | None) -> tuple[str, str]:
     """The (backend, mode) a call runs with: argument, else environment, else default."""
-    if backend is None:
-        backend = os.environ.get("MOJOLIKE_BACKEND") or DEFAULT_BACKEND
-        option = "MOJOLIKE_BACKEND" if os.environ.get("MOJOLIKE_BACKEND") else "backend"
-    else:
-        option = "backend"
-    if backend not in BACKENDS:
-        refuse(entry, f"{option}={backend!r}", f"is not a backend; choose one of {', '.join(BACKENDS)}")
-    if numeric_mode is None:
-        numeric_mode = os.environ.get("MOJOLIKE_NUMERIC_MODE") or DEFAULT_MODE
-        option = "MOJOLIKE_NUMERIC_MODE" if os.environ.get("MOJOLIKE_NUMERIC_MODE") else "numeric_mode"
-    else:
-        option = "numeric_mode"
-    if numeric_mode not in MODES:
-        refuse(entry, f"{option}={numeric_mode!r}", f"is not a numeric mode; choose one of {', '.join(MODES)}")
+    backend = _pick(entry, "backend", backend, "MOJOLIKE_BACKEND", DEFAULT_BACKEND, BACKENDS,
+                    "a backend")
+    numeric_mode = _pick(entry, "numeric_mode", numeric_mode, "MOJOLIKE_NUMERIC_MODE", DEFAULT_MODE,
+                         MODES, "a numeric mode")
     if backend == "oracle" and numeric_mode != CONTRACT_MODE:
         refuse(entry, f"numeric_mode={numeric_mode!r}",
                "has no oracle; the oracle defines the identical mode only")

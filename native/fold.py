@@ -60,6 +60,9 @@ def _fold_partials(x, partials):
             partials[c] = acc[0]
 
 
+# The same loop as _fold_partials with a product per element. Written out twice on
+# purpose: merged behind a flag, LLVM stops vectorizing this loop (2.6x slower,
+# benchmarks/fold.py). The C kernel, which gcc vectorizes either way, is merged.
 @njit(void(IN, IN, float32[::1]), parallel=True, **_STRICT)
 def _dot_partials(a, b, partials):
     n = a.size

@@ -12,27 +12,9 @@ static void mj_butterfly(float *acc) {
             acc[j] = acc[j] + acc[j + off];
 }
 
-void mj_fold_partials(const float *x, int64_t n, float *partials) {
-    int64_t nchunks = (n + MJ_CHUNK - 1) / MJ_CHUNK;
-    #pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < nchunks; c++) {
-        float acc[MJ_LANES];
-        for (int j = 0; j < MJ_LANES; j++) acc[j] = -0.0f;
-        int64_t base = c * MJ_CHUNK;
-        if (base + MJ_CHUNK <= n) {
-            for (int i = 0; i < MJ_LANES; i++) {
-                const float *row = x + base + (int64_t)i * MJ_LANES;
-                for (int j = 0; j < MJ_LANES; j++) acc[j] = acc[j] + row[j];
-            }
-        } else { /* the short last chunk: padded slots add -0.0, so skip them */
-            for (int64_t k = base; k < n; k++) acc[(k - base) & (MJ_LANES - 1)] += x[k];
-        }
-        mj_butterfly(acc);
-        partials[c] = acc[0];
-    }
-}
-
-void mj_dot_partials(const float *a, const float *b, int64_t n, float *partials) {
+/* y[k] is a[k] (fold) or the rounded product a[k]*b[k] (dot, sumsq). Inlined
+   into both entry points, so each gets a loop without the branch. */
+static inline void mj_partials(const float *a, const float *b, int64_t n, float *partials) {
     int64_t nchunks = (n + MJ_CHUNK - 1) / MJ_CHUNK;
     #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < nchunks; c++) {
@@ -42,21 +24,37 @@ void mj_dot_partials(const float *a, const float *b, int64_t n, float *partials)
         if (base + MJ_CHUNK <= n) {
             for (int i = 0; i < MJ_LANES; i++) {
                 const float *ra = a + base + (int64_t)i * MJ_LANES;
-                const float *rb = b + base + (int64_t)i * MJ_LANES;
-                for (int j = 0; j < MJ_LANES; j++) {
-                    float p = ra[j] * rb[j];
-                    acc[j] = acc[j] + p;
+                if (b) {
+                    const float *rb = b + base + (int64_t)i * MJ_LANES;
+                    for (int j = 0; j < MJ_LANES; j++) {
+                        float p = ra[j] * rb[j];
+                        acc[j] = acc[j] + p;
+                    }
+                } else {
+                    for (int j = 0; j < MJ_LANES; j++) acc[j] = acc[j] + ra[j];
                 }
             }
-        } else {
+        } else { /* the short last chunk: padded slots would add -0.0, so skip them */
             for (int64_t k = base; k < n; k++) {
-                float p = a[k] * b[k];
-                acc[(k - base) & (MJ_LANES - 1)] += p;
+                float y = a[k];
+                if (b) {
+                    float p = y * b[k];
+                    y = p;
+                }
+                acc[(k - base) & (MJ_LANES - 1)] = acc[(k - base) & (MJ_LANES - 1)] + y;
             }
         }
         mj_butterfly(acc);
         partials[c] = acc[0];
     }
+}
+
+void mj_fold_partials(const float *x, int64_t n, float *partials) {
+    mj_partials(x, 0, n, partials);
+}
+
+void mj_dot_partials(const float *a, const float *b, int64_t n, float *partials) {
+    mj_partials(a, b, n, partials);
 }
 
 float mj_pairwise(float *p, int64_t k) {

@@ -13,7 +13,7 @@ GPU), so no operation is contracted; tests/test_ptx_lint.py checks the PTX.
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32, int64, void
+from numba import boolean, cuda, float32, int64, void
 
 from ...oracles.fold import CHUNK, LANES
 from .prims import SIMULATOR, WARPS, add, mul, shfl_down, warp_scratch
@@ -23,7 +23,8 @@ BLOCK = 32 * WARPS
 TREE_BLOCK = 32 if SIMULATOR else 256
 
 
-def fold_partials(x, n, partials):
+def chunk_partials(a, b, products, n, partials):
+    """Partial of chunk c of y[k] = a[k] (fold) or the rounded a[k]*b[k] (dot, sumsq)."""
     scratch = warp_scratch()  # used only by the simulator's shuffle
     tid = cuda.threadIdx.x
     lane = tid & 31
@@ -33,26 +34,10 @@ def fold_partials(x, n, partials):
     for i in range(LANES):
         k = base + i * LANES
         if k < n:  # padded slots add -0.0: skipping them is the same
-            acc = add(acc, x[k])
-    off = 16
-    while off >= 1:
-        acc = add(acc, shfl_down(scratch, tid, acc, off))
-        off = off // 2
-    if lane == 0 and c < partials.size:
-        partials[c] = acc
-
-
-def dot_partials(a, b, n, partials):
-    scratch = warp_scratch()
-    tid = cuda.threadIdx.x
-    lane = tid & 31
-    c = cuda.blockIdx.x * WARPS + (tid >> 5)
-    acc = NEG_ZERO
-    base = c * CHUNK + lane
-    for i in range(LANES):
-        k = base + i * LANES
-        if k < n:
-            acc = add(acc, mul(a[k], b[k]))
+            y = a[k]
+            if products:  # uniform across the warp: no divergence
+                y = mul(y, b[k])
+            acc = add(acc, y)
     off = 16
     while off >= 1:
         acc = add(acc, shfl_down(scratch, tid, acc, off))
@@ -73,8 +58,7 @@ def pair_level(src, k, dst):
 F32_1D = float32[::1]
 # (python function, signature) for every kernel: the loader jits these, the PTX lint compiles them.
 KERNELS = {
-    "fold_partials": (fold_partials, void(F32_1D, int64, F32_1D)),
-    "dot_partials": (dot_partials, void(F32_1D, F32_1D, int64, F32_1D)),
+    "chunk_partials": (chunk_partials, void(F32_1D, F32_1D, boolean, int64, F32_1D)),
     "pair_level": (pair_level, void(F32_1D, int64, F32_1D)),
 }
 
@@ -99,12 +83,13 @@ class CudaFold:
         self._k = {name: cuda.jit(sig, cache=not SIMULATOR)(fn) for name, (fn, sig) in KERNELS.items()}
         self.details = _device_details()
 
-    def _reduce(self, partials_kernel, arrays, n: int) -> np.float32:
+    def _reduce(self, a, b, products: bool) -> np.float32:
+        n = a.size
         nchunks = (n + CHUNK - 1) // CHUNK
         src = cuda.device_array(nchunks, np.float32)
-        dev = [cuda.to_device(a) for a in arrays]
-        blocks = (nchunks + WARPS - 1) // WARPS
-        partials_kernel[blocks, BLOCK](*dev, n, src)
+        da = cuda.to_device(a)
+        db = da if b is None else cuda.to_device(b)
+        self._k["chunk_partials"][(nchunks + WARPS - 1) // WARPS, BLOCK](da, db, products, n, src)
         dst = cuda.device_array(max(1, (nchunks + 1) // 2), np.float32)
         k = nchunks
         while k > 1:
@@ -114,13 +99,13 @@ class CudaFold:
         return np.float32(src[:1].copy_to_host()[0])
 
     def fold(self, x):
-        return self._reduce(self._k["fold_partials"], [x], x.size)
+        return self._reduce(x, None, False)
 
     def dot(self, a, b):
-        return self._reduce(self._k["dot_partials"], [a, b], a.size)
+        return self._reduce(a, b, True)
 
     def sumsq(self, x):
-        return self.dot(x, x)
+        return self._reduce(x, None, True)  # x travels to the device once
 
 
 def load(mode: str, backend: str = "cuda") -> CudaFold:

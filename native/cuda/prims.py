@@ -46,6 +46,10 @@ if SIMULATOR:
         with np.errstate(all="ignore"):
             return _f32(_f32(a) / _f32(b))
 
+    def sqrt(a):
+        with np.errstate(all="ignore"):
+            return _f32(np.sqrt(_f32(a)))
+
     @cuda.jit(device=True)
     def warp_scratch():
         # The simulator keys shared arrays by source line and creates them
@@ -83,6 +87,10 @@ else:
     @cuda.jit(device=True, inline="always")
     def div(a, b):
         return libdevice.fdiv_rn(a, b)
+
+    @cuda.jit(device=True, inline="always")
+    def sqrt(a):
+        return libdevice.fsqrt_rn(a)
 
     @cuda.jit(device=True, inline="always")
     def warp_scratch():
