@@ -69,3 +69,16 @@ def test_every_op_family_has_a_module_in_every_layer():
                      f"contracts/{family}.py", f"contracts/{family}.md", f"mojolike/_{family}.py",
                      f"cards/{family}.card"):
             assert (ROOT / path).is_file(), path
+
+
+def test_a_warm_c_build_cache_loads_without_running_the_compiler(monkeypatch):
+    from mojolike.native.c import build
+    build.load("identical")  # warm the cache (builds only if it is cold)
+
+    def no_compiler(*a, **k):
+        raise AssertionError("the compiler ran although the cache was warm")
+
+    monkeypatch.setattr(build, "_build", no_compiler)
+    monkeypatch.setattr(build, "_openmp_works", no_compiler)
+    module = build.load("identical")
+    assert module.ffi.string(module.lib.mj_build_mode()) == b"identical"

@@ -113,3 +113,4 @@ def test_a_c_module_built_for_another_mode_is_refused_by_the_loader():
     with pytest.raises(mojolike.BackendUnavailable) as e:
         build.check_build(FakeModule(), "identical")
     assert "'fast'" in str(e.value) and "-ffp-contract=off" in str(e.value)
+

@@ -67,10 +67,14 @@ def _device_details() -> dict:
     if SIMULATOR:
         return {"device": "numba CUDA simulator"}
     dev = cuda.get_current_device()
-    from numba.cuda.cudadrv.driver import driver
-    return {"device": dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name),
-            "compute_capability": ".".join(map(str, dev.compute_capability)),
-            "driver": ".".join(map(str, driver.get_version()))}
+    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    out = {"device": name, "compute_capability": ".".join(map(str, dev.compute_capability))}
+    try:
+        from numba.cuda.cudadrv.driver import driver
+        out["driver"] = ".".join(map(str, driver.get_version()))
+    except Exception as e:  # the version is metadata; its absence must not stop a run
+        out["driver"] = f"unknown ({type(e).__name__})"
+    return out
 
 
 class CudaFold:
