@@ -126,15 +126,15 @@ def _status(name: str) -> tuple[bool, str]:
 _status_cache: dict[str, tuple[bool, str]] = {}
 
 
+def _cached_status(name: str) -> tuple[bool, str]:
+    if name not in _status_cache:
+        _status_cache[name] = _status(name)
+    return _status_cache[name]
+
+
 def backends() -> list[BackendInfo]:
     """Every backend, whether it can run in this process and, if not, why."""
-    out = []
-    for name in BACKENDS:
-        if name not in _status_cache:
-            _status_cache[name] = _status(name)
-        ok, why = _status_cache[name]
-        out.append(BackendInfo(name, ok, why, _DESCRIPTIONS[name]))
-    return out
+    return [BackendInfo(name, *_cached_status(name), _DESCRIPTIONS[name]) for name in BACKENDS]
 
 
 def _pick(entry: str, option: str, value, env: str, default: str, choices: tuple[str, ...],
@@ -177,7 +177,7 @@ def kernels(entry: str, family: str, backend: str | None = None, numeric_mode: s
         with _lock:
             k = _loaded.get(key)
             if k is None:
-                ok, why = dict((b.name, (b.available, b.reason)) for b in backends())[backend]
+                ok, why = _cached_status(backend)  # probes only this backend (no GPU probe for CPU calls)
                 if not ok:
                     raise BackendUnavailable(entry, f"backend={backend!r}", f"cannot run here: {why}")
                 if backend == "cuda-sim" and not simulator_process():
