@@ -100,8 +100,8 @@ def compare_with_oracle(outs, ref) -> tuple[int, list[str]]:
     for key, want in ref.items():
         got = outs[key]
         cells += want.size
-        same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
-        if got.shape != want.shape or not same.all():
+        if got.shape != want.shape or not (
+                (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))).all():
             bad.append(f"{key}: got {_hex(got)} oracle {_hex(want)}")
     return cells, bad
 
@@ -124,7 +124,7 @@ def negative_controls(suite, progress=None) -> Clause:
     return _controls[suite.NAME]
 
 
-def run(suite, backend: str, *, progress=None, controls: bool = True) -> SuiteRun:
+def run(suite, backend: str, *, progress=None) -> SuiteRun:
     """Run `suite` on `backend` in identical mode; clause (b) starts as a reference check."""
     t0 = time.perf_counter()
     k = registry.kernels(CERTIFY, suite.FAMILY, backend, registry.CONTRACT_MODE)
@@ -139,9 +139,8 @@ def run(suite, backend: str, *, progress=None, controls: bool = True) -> SuiteRu
     else:
         a = Clause("pass", f"{len(suite.cases())} cases, {cells} cells equal the oracle bit for bit")
     card = _card(suite, outs)
-    clauses = {"a": a, "b": reference_clause(suite, card), "c": Clause(*suite.clause_threads(k))}
-    if controls:
-        clauses["e"] = negative_controls(suite, progress)
+    clauses = {"a": a, "b": reference_clause(suite, card), "c": Clause(*suite.clause_threads(k)),
+               "e": negative_controls(suite, progress)}
     return SuiteRun(suite.NAME, suite.PROFILE, k.backend, k.numeric_mode, card, cards.md5_text(card),
                     len(cards.records_of(card)), len(suite.cases()), cells, clauses,
                     dict(k.details), round(time.perf_counter() - t0, 3))
