@@ -84,6 +84,8 @@ FAMILIES: dict[str, Callable[[SplitMix64], int]] = {
     "zeros": _zeros,                                   # +0.0 / -0.0 mixtures
     "negzero": lambda r: 0x80000000,                   # only -0.0: shows the lane start
     "huge-tiny": _huge_tiny,                           # overflow and underflow together
+    "wide": lambda r: _normal(r, 67, 182),             # |x| in [2**-60, 2**56): squares stay finite
+    "unit": lambda r: _normal(r, 127, 127),            # |x| in [1, 2): every bit of a sum matters
     "inf": lambda r: _with_specials(r, INF, 64, False),
     "inf-mixed": lambda r: _with_specials(r, INF, 64, True),   # inf - inf = NaN
     "nan": lambda r: _with_specials(r, NAN, 256, False),

@@ -52,6 +52,10 @@ def _bits(values) -> list[int]:
     return [int(v) for v in np.float32(values).view(np.uint32)]
 
 
+def extra_clauses(k) -> dict[str, tuple[str, str]]:
+    return {"c": clause_threads(k)}
+
+
 def clause_threads(k) -> tuple[str, str]:
     """Clause (c): the same bits with 1 and with 2 threads on n = 2**24 + 3."""
     if not hasattr(k, "set_num_threads"):

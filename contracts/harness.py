@@ -4,7 +4,8 @@ Clauses (the letters are the contract's, see contracts/<suite>.md):
   a  every output cell equals the oracle's bits (all NaNs one class);
   b  the card is byte-identical to the reference card and to every other
      backend's card in the same run (settled by `finish_cross_backend`);
-  c  suite-specific (fold: the same bits with 1 and 2 threads);
+  c, d, f  suite-specific (`suite.extra_clauses`; fold: c, the same bits with 1 and
+     2 threads; optim: c invariance, d resume, f refusals);
   e  every negative control produces a different card.
 
 >>> from mojolike.contracts import fold
@@ -139,8 +140,10 @@ def run(suite, backend: str, *, progress=None) -> SuiteRun:
     else:
         a = Clause("pass", f"{len(suite.cases())} cases, {cells} cells equal the oracle bit for bit")
     card = _card(suite, outs)
-    clauses = {"a": a, "b": reference_clause(suite, card), "c": Clause(*suite.clause_threads(k)),
-               "e": negative_controls(suite, progress)}
+    clauses = {"a": a, "b": reference_clause(suite, card)}
+    clauses.update({letter: Clause(*result) for letter, result in suite.extra_clauses(k).items()})
+    clauses["e"] = negative_controls(suite, progress)
+    clauses = dict(sorted(clauses.items()))
     return SuiteRun(suite.NAME, suite.PROFILE, k.backend, k.numeric_mode, card, cards.md5_text(card),
                     len(cards.records_of(card)), len(suite.cases()), cells, clauses,
                     dict(k.details), round(time.perf_counter() - t0, 3))

@@ -9,12 +9,15 @@ kernels compile on first use and are cached on disk.
 np.float32(0.75)
 """
 from ._fold import dot, fold, sumsq
+from ._optim import (SGD, Adam, AdamW, accumulate_grads, accumulation_is_aligned, clip_grad_norm_,
+                     load_state, save_state)
 from .registry import backend_used, backends, numeric_mode_used
 from .refusals import BackendUnavailable, Refusal
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackendUnavailable", "Refusal", "backend_used", "backends", "dot", "fold",
-    "numeric_mode_used", "sumsq",
+    "SGD", "Adam", "AdamW", "BackendUnavailable", "Refusal", "accumulate_grads",
+    "accumulation_is_aligned", "backend_used", "backends", "clip_grad_norm_", "dot", "fold",
+    "load_state", "numeric_mode_used", "save_state", "sumsq",
 ]

@@ -18,6 +18,7 @@ nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -50,6 +51,11 @@ _LOADERS = {
     ("fold", "cpu-cffi"): "mojolike.native.c.fold:load",
     ("fold", "cuda"): "mojolike.native.cuda.fold:load",
     ("fold", "cuda-sim"): "mojolike.native.cuda.fold:load",
+    ("optim", "oracle"): "mojolike._optim:oracle_kernels",
+    ("optim", "cpu-numba"): "mojolike.native.optim:load",
+    ("optim", "cpu-cffi"): "mojolike.native.c.optim:load",
+    ("optim", "cuda"): "mojolike.native.cuda.optim:load",
+    ("optim", "cuda-sim"): "mojolike.native.cuda.optim:load",
 }
 
 
@@ -190,6 +196,25 @@ def kernels(entry: str, family: str, backend: str | None = None, numeric_mode: s
                 _loaded[key] = k
     _used.kernels = k
     return k
+
+
+@contextlib.contextmanager
+def override(family: str, backend: str, mode: str, k):
+    """Serve `k` as the kernels of (family, backend, mode) inside the block.
+
+    For negative controls, which must run deliberately wrong kernels through the
+    public API; nothing else uses it.
+    """
+    key = (family, backend, mode)
+    saved = _loaded.get(key)
+    _loaded[key] = k
+    try:
+        yield
+    finally:
+        if saved is None:
+            _loaded.pop(key, None)
+        else:
+            _loaded[key] = saved
 
 
 def check_label(entry: str, k, backend: str, mode: str) -> None:

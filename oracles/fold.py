@@ -87,3 +87,58 @@ def dot(a: Sequence[float], b: Sequence[float]) -> float:
     if len(a) != len(b):
         raise ValueError(f"dot needs equal lengths, got {len(a)} and {len(b)}")
     return fold_tree([f32.mul(u, v) for u, v in zip(a, b)])
+
+
+def _shape_of_fold(lo: int, hi: int, leaf, node) -> object:
+    """The addition tree of fold over positions [lo, hi), as interned nodes. Additions of
+    -0.0 (lane starts, empty lanes) are the identity and leave no node."""
+    partials = []
+    for c in range(lo, hi, CHUNK):
+        lanes = [None] * LANES
+        for k in range(c, min(c + CHUNK, hi)):
+            lanes[(k - c) % LANES] = node(lanes[(k - c) % LANES], leaf(k))
+        off = LANES // 2
+        while off >= 1:
+            for j in range(off):
+                lanes[j] = node(lanes[j], lanes[j + off])
+            off //= 2
+        partials.append(lanes[0])
+    return pairwise(partials, node)
+
+
+def split_is_exact(sizes: Sequence[int]) -> bool:
+    """True exactly when folding consecutive pieces of these sizes separately and combining
+    the results by `pairwise` gives fold's bits over the whole, for every input.
+
+    Two addition trees over the same values agree for every input exactly when they are
+    equal up to swapping the operands of an addition (binary32 addition is commutative,
+    not associative), so this compares the two trees in that canonical form.
+
+    >>> split_is_exact([2048, 2048]), split_is_exact([3072, 3072]), split_is_exact([1, 1])
+    (True, False, True)
+    """
+    edges = [0]
+    for s in sizes:
+        edges.append(edges[-1] + int(s))
+    n, cuts = edges[-1], set(edges)
+    for e in edges[1:-1]:
+        # A chunk holding a cut is a sum in the whole tree; in the split tree a sum over
+        # two pieces is a sum of whole pieces, so the chunk must begin and end at cuts.
+        c = e - e % CHUNK
+        if e % CHUNK and (c not in cuts or min(c + CHUNK, n) not in cuts):
+            return False
+    interned: dict = {}
+
+    def node(a, b):
+        if a is None or b is None:
+            return b if a is None else a
+        return interned.setdefault((a, b) if a <= b else (b, a), len(interned) + 1)
+
+    if all(e % CHUNK == 0 for e in edges):
+        def shape(lo, hi):  # both trees hold the same chunks: chunks stand in for their elements
+            return pairwise([-(c + 1) for c in range(lo // CHUNK, (hi + CHUNK - 1) // CHUNK)], node)
+    else:
+        def shape(lo, hi):
+            return _shape_of_fold(lo, hi, lambda k: -(k + 1), node)
+    whole = shape(0, n)
+    return whole == pairwise([shape(a, b) for a, b in zip(edges[:-1], edges[1:])], node)

@@ -9,24 +9,38 @@ from conftest import available
 
 from mojolike import cli
 from mojolike.cards import reference_path
-from mojolike.contracts import cardformat, harness
+from mojolike.contracts import SUITES, cardformat, harness
 from mojolike.contracts import fold as suite
 
 BACKENDS = ("oracle", "cpu-numba", "cpu-cffi", "cuda-sim")
 
 
 @pytest.fixture(scope="module")
-def runs():
-    out = {b: harness.run(suite, b) for b in BACKENDS if available(b)}
-    assert set(out) == set(BACKENDS), "every CI backend must run here"
+def all_runs():
+    out = {(s, b): harness.run(harness.suite_module(s), b) for s in SUITES for b in BACKENDS
+           if available(b)}
+    assert len(out) == len(SUITES) * len(BACKENDS), "every CI backend must run here"
     return out
 
 
+@pytest.fixture(scope="module")
+def runs(all_runs):
+    return {b: r for (s, b), r in all_runs.items() if s == "fold"}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_each_backend_regenerates_the_committed_reference_card(runs, backend):
-    r = runs[backend]
-    assert cardformat.first_difference(reference_path("fold").read_text(), r.card) is None
+@pytest.mark.parametrize("name", SUITES)
+def test_each_backend_regenerates_the_committed_reference_card(all_runs, name, backend):
+    r = all_runs[(name, backend)]
+    assert cardformat.first_difference(reference_path(name).read_text(), r.card) is None
     assert r.clauses["b"].status == "pass", r.clauses["b"].detail
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", SUITES)
+def test_every_clause_holds_on_every_backend(all_runs, name, backend):
+    failing = {k: c.detail for k, c in all_runs[(name, backend)].clauses.items() if c.status == "fail"}
+    assert not failing
 
 
 @pytest.mark.parametrize("backend", ["cpu-numba", "cpu-cffi", "cuda-sim"])
@@ -34,6 +48,14 @@ def test_each_backend_equals_the_oracle_on_every_cell(runs, backend):
     a = runs[backend].clauses["a"]
     assert a.status == "pass", a.detail
     assert runs[backend].cells_compared == 3 * len(suite.cases()) == 360
+
+
+def test_the_optim_suite_reports_invariance_resume_and_refusal_clauses(all_runs):
+    for backend in BACKENDS:
+        clauses = all_runs[("optim", backend)].clauses
+        assert set(clauses) == {"a", "b", "c", "d", "e", "f"}
+        assert "arena (borrowed)" in clauses["c"].detail and "control" in clauses["d"].detail
+    assert "1 thread == 2 threads" in all_runs[("optim", "cpu-numba")].clauses["c"].detail
 
 
 def test_cross_backend_clause_b_passes_when_all_cards_agree(runs):
@@ -89,6 +111,7 @@ def test_cards_are_written_atomically_with_meta_beside_them(runs, tmp_path):
 
 
 def test_certify_cli_writes_cards_and_a_table(tmp_path, capsys):
+    # --suite fold: the optim suite's runs are covered by the fixtures above
     assert cli.main(["certify", "--backend", "cpu-cffi", "--suite", "fold", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "cpu-cffi" in out and cardformat.md5_text(reference_path("fold").read_text()) in out

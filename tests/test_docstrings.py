@@ -7,10 +7,11 @@ import importlib
 import pytest
 
 MODULES = [
-    "mojolike", "mojolike._fold", "mojolike.registry", "mojolike.refusals",
-    "mojolike.oracles.f32", "mojolike.oracles.fold",
-    "mojolike.native.fold", "mojolike.native.c.fold",
-    "mojolike.contracts.casegen", "mojolike.contracts.cardformat", "mojolike.contracts.fold",
+    "mojolike", "mojolike._fold", "mojolike._optim", "mojolike._params", "mojolike.registry",
+    "mojolike.refusals", "mojolike.oracles.f32", "mojolike.oracles.fold", "mojolike.oracles.optim",
+    "mojolike.oracles.scalars", "mojolike.native.fold", "mojolike.native.optim",
+    "mojolike.native.c.fold", "mojolike.native.c.optim", "mojolike.contracts.casegen",
+    "mojolike.contracts.cardformat", "mojolike.contracts.fold", "mojolike.contracts.optim",
     "mojolike.contracts.harness",
 ]
 

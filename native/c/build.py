@@ -23,7 +23,7 @@ from pathlib import Path
 from ...refusals import BackendUnavailable
 
 HERE = Path(__file__).resolve().parent
-FAMILIES = ("fold",)
+FAMILIES = ("fold", "optim")
 
 # Order matters: later flags win, and -ffp-contract=off must follow -O3.
 FLAGS = {

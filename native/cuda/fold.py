@@ -23,27 +23,36 @@ BLOCK = 32 * WARPS
 TREE_BLOCK = 32 if SIMULATOR else 256
 
 
-def chunk_partials(a, b, products, n, partials):
-    """Partial of chunk c of y[k] = a[k] (fold) or the rounded a[k]*b[k] (dot, sumsq)."""
+def chunk_blocks(nchunks: int) -> int:
+    # a warp per chunk on a GPU; the simulator (a Python thread per CUDA thread) gets one warp
+    return 1 if SIMULATOR else max(1, (nchunks + WARPS - 1) // WARPS)
+
+
+def chunk_partials(a, b, products, starts, stops, partials):
+    """Partial of chunk c = [starts[c], stops[c]) of y[k] = a[k] (fold) or the rounded
+    a[k]*b[k] (dot, sumsq). Chunks of one segment start every 1024 elements; a new
+    segment (a tensor, for the clip) starts a new chunk."""
     scratch = warp_scratch()  # used only by the simulator's shuffle
     tid = cuda.threadIdx.x
     lane = tid & 31
-    c = cuda.blockIdx.x * WARPS + (tid >> 5)
-    acc = NEG_ZERO
-    base = c * CHUNK + lane
-    for i in range(LANES):
-        k = base + i * LANES
-        if k < n:  # padded slots add -0.0: skipping them is the same
-            y = a[k]
-            if products:  # uniform across the warp: no divergence
-                y = mul(y, b[k])
-            acc = add(acc, y)
-    off = 16
-    while off >= 1:
-        acc = add(acc, shfl_down(scratch, tid, acc, off))
-        off = off // 2
-    if lane == 0 and c < partials.size:
-        partials[c] = acc
+    # warp-stride over chunks: a warp's lanes all take the same trips, so all shuffle together
+    for c in range(cuda.blockIdx.x * WARPS + (tid >> 5), partials.size, cuda.gridDim.x * WARPS):
+        acc = NEG_ZERO
+        base = starts[c] + lane
+        stop = stops[c]
+        for i in range(LANES):
+            k = base + i * LANES
+            if k < stop:  # padded slots add -0.0: skipping them is the same
+                y = a[k]
+                if products:  # uniform across the warp: no divergence
+                    y = mul(y, b[k])
+                acc = add(acc, y)
+        off = 16
+        while off >= 1:
+            acc = add(acc, shfl_down(scratch, tid, acc, off))
+            off = off // 2
+        if lane == 0:
+            partials[c] = acc
 
 
 def pair_level(src, k, dst):
@@ -56,9 +65,10 @@ def pair_level(src, k, dst):
 
 
 F32_1D = float32[::1]
+I64_1D = int64[::1]
 # (python function, signature) for every kernel: the loader jits these, the PTX lint compiles them.
 KERNELS = {
-    "chunk_partials": (chunk_partials, void(F32_1D, F32_1D, boolean, int64, F32_1D)),
+    "chunk_partials": (chunk_partials, void(F32_1D, F32_1D, boolean, I64_1D, I64_1D, F32_1D)),
     "pair_level": (pair_level, void(F32_1D, int64, F32_1D)),
 }
 
@@ -87,15 +97,24 @@ class CudaFold:
         self._k = {name: cuda.jit(sig, cache=not SIMULATOR)(fn) for name, (fn, sig) in KERNELS.items()}
         self.details = _device_details()
 
-    def _reduce(self, a, b, products: bool) -> np.float32:
-        n = a.size
-        nchunks = (n + CHUNK - 1) // CHUNK
-        src = cuda.device_array(nchunks, np.float32)
-        da = cuda.to_device(a)
-        db = da if b is None else cuda.to_device(b)
-        self._k["chunk_partials"][(nchunks + WARPS - 1) // WARPS, BLOCK](da, db, products, n, src)
-        dst = cuda.device_array(max(1, (nchunks + 1) // 2), np.float32)
-        k = nchunks
+    def _segments(self, a, b, products: bool, offsets) -> np.ndarray:
+        """fold of y over each segment [offsets[s], offsets[s+1]) in one chunk launch."""
+        starts, stops, first = chunk_table(offsets)
+        src = cuda.device_array(starts.size, np.float32)
+        da = a if not isinstance(a, np.ndarray) else cuda.to_device(a)
+        db = da if b is None else b if not isinstance(b, np.ndarray) else cuda.to_device(b)
+        self._k["chunk_partials"][chunk_blocks(starts.size), BLOCK](
+            da, db, products, cuda.to_device(starts), cuda.to_device(stops), src)
+        out = np.empty(len(offsets) - 1, np.float32)
+        for s in range(out.size):
+            out[s] = self._tree(src[first[s]:first[s + 1]])
+        return out
+
+    def _tree(self, src) -> np.float32:
+        """The pairwise tree over chunk partials (a device array), one launch per level."""
+        k = src.size
+        if k > 1:  # the levels overwrite src, this call's own slice of the partials
+            dst = cuda.device_array((k + 1) // 2, np.float32)
         while k > 1:
             h = (k + 1) // 2
             self._k["pair_level"][(h + TREE_BLOCK - 1) // TREE_BLOCK, TREE_BLOCK](src, k, dst)
@@ -103,13 +122,27 @@ class CudaFold:
         return np.float32(src[:1].copy_to_host()[0])
 
     def fold(self, x):
-        return self._reduce(x, None, False)
+        return self._segments(x, None, False, [0, x.size])[0]
 
     def dot(self, a, b):
-        return self._reduce(a, b, True)
+        return self._segments(a, b, True, [0, a.size])[0]
 
     def sumsq(self, x):
-        return self._reduce(x, None, True)  # x travels to the device once
+        return self._segments(x, None, True, [0, x.size])[0]  # x travels to the device once
+
+    def segment_sumsq(self, x, offsets) -> np.ndarray:
+        return self._segments(x, None, True, offsets)
+
+
+def chunk_table(offsets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(chunk starts, chunk stops, first chunk of each segment plus the total) for segments
+    [offsets[s], offsets[s+1]): chunks of 1024 that restart at every segment start."""
+    offsets = np.asarray(offsets, np.int64)
+    counts = (np.diff(offsets) + CHUNK - 1) // CHUNK
+    first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    seg = np.repeat(np.arange(counts.size), counts)
+    starts = offsets[seg] + (np.arange(first[-1]) - first[seg]) * CHUNK
+    return starts.astype(np.int64), np.minimum(starts + CHUNK, offsets[seg + 1]).astype(np.int64), first
 
 
 def load(mode: str, backend: str = "cuda") -> CudaFold:

@@ -95,25 +95,70 @@ def _get_worker() -> _Worker:
         return _worker
 
 
+def _encode_args(args) -> tuple[list, list[np.ndarray]]:
+    """Arrays travel as .npy frames; bools, ints and floats (float32 included) as JSON values."""
+    spec, arrays = [], []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            spec.append({"a": len(arrays)})
+            arrays.append(a)
+        elif isinstance(a, (bool, np.bool_)):
+            spec.append({"b": bool(a)})
+        elif isinstance(a, (int, np.integer)):
+            spec.append({"i": int(a)})
+        else:
+            spec.append({"f32": float(np.float32(a))})  # repr round-trips a binary32 value exactly
+    return spec, arrays
+
+
+def _decode_args(spec, arrays) -> list:
+    out = []
+    for s in spec:
+        if "a" in s:
+            out.append(arrays[s["a"]])
+        elif "b" in s:
+            out.append(s["b"])
+        elif "i" in s:
+            out.append(s["i"])
+        else:
+            out.append(np.float32(s["f32"]))
+    return out
+
+
 class SimProxy:
-    """Forwards a family's kernel calls to the simulator process; scalars come back as numpy.float32."""
+    """Forwards a family's kernel calls to the simulator process.
+
+    Arguments a kernel writes (its WRITES table) come back and are copied into the
+    caller's arrays, so in-place semantics hold across the process boundary.
+    """
 
     def __init__(self, family: str, mode: str):
         self._family, self._mode = family, mode
-        head, _ = _get_worker().call({"family": family, "mode": mode, "method": None})
+        head, _ = _get_worker().call({"family": family, "mode": mode, "method": None, "args": []})
         self.backend, self.numeric_mode = head["backend"], head["numeric_mode"]
         self.details = dict(head["details"], process="worker")
         self._methods = frozenset(head["methods"])
+        self.WRITES = {k: tuple(v) for k, v in head["writes"].items()}
+
+    @staticmethod
+    def new_state(n: int) -> np.ndarray:
+        return np.zeros(n, np.float32)  # state lives here and travels with each call
 
     def __getattr__(self, method: str):
         if method.startswith("_") or method not in self._methods:
             raise AttributeError(method)
 
-        def call(*arrays):
+        def call(*args):
+            spec, arrays = _encode_args(args)
             head, out = _get_worker().call(
-                {"family": self._family, "mode": self._mode, "method": method}, arrays)
-            res = [o[()] if o.ndim == 0 else o for o in out]
-            return res[0] if len(res) == 1 else tuple(res)
+                {"family": self._family, "mode": self._mode, "method": method, "args": spec}, arrays)
+            nres = head["nresults"]
+            for i, a in zip(self.WRITES.get(method, ()), out[nres:]):
+                np.copyto(args[i], a)
+            res = [o[()] if o.ndim == 0 else o for o in out[:nres]]
+            if head["result"] == "none":
+                return None
+            return tuple(res) if head["result"] == "tuple" else res[0]
         return call
 
 
@@ -128,11 +173,17 @@ def serve(inp, out) -> None:
         head, arrays = msg
         try:
             k = registry.kernels("cuda-sim worker", head["family"], "cuda-sim", head["mode"])
-            result = () if head["method"] is None else getattr(k, head["method"])(*arrays)
-            result = result if isinstance(result, tuple) else (result,)
+            args = _decode_args(head["args"], arrays)
+            result = None if head["method"] is None else getattr(k, head["method"])(*args)
+            kind = "none" if result is None else "tuple" if isinstance(result, tuple) else "one"
+            results = [] if result is None else list(result) if kind == "tuple" else [result]
+            writes = getattr(k, "WRITES", {})
+            written = [args[i] for i in writes.get(head["method"], ())]
             methods = [m for m in dir(k) if not m.startswith("_") and callable(getattr(k, m))]
             _send(out, {"ok": True, "backend": k.backend, "numeric_mode": k.numeric_mode,
-                        "details": k.details, "methods": methods}, [np.asarray(r) for r in result])
+                        "details": k.details, "methods": methods, "writes": writes,
+                        "result": kind, "nresults": len(results)},
+                  [np.asarray(r) for r in results] + [np.asarray(w) for w in written])
         except Refusal as e:
             _send(out, {"ok": False, "type": type(e).__name__, "entry_point": e.entry_point,
                         "option": e.option, "reason": e.reason})

@@ -1,0 +1,147 @@
+"""The parameter registry: caller tensors as one flat float32 buffer plus offsets.
+
+Tensor order is param_id and the clip's summation order. One flat array, or
+tensors laid end to end in one buffer (views of one allocation, in order), are
+borrowed: kernels write the caller's memory directly. Any other list is packed:
+a flat copy is gathered before each step and scattered back after it, so the
+caller's arrays are still updated in place (at the cost of two extra copies;
+`packed_` says which happened).
+
+>>> import numpy as np
+>>> arena = np.zeros(10, np.float32)
+>>> Registry("demo", [arena[:4], arena[4:].reshape(2, 3)]).packed
+False
+>>> Registry("demo", [np.zeros(4, np.float32), np.zeros(6, np.float32)]).packed
+True
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .buffers import as_f32
+from .refusals import refuse
+
+
+def _is_sparse(obj) -> bool:
+    return hasattr(obj, "nnz") or bool(getattr(obj, "is_sparse", False))
+
+
+def as_list(entry: str, name: str, obj) -> tuple[list, bool]:
+    """(items, was_a_list): one buffer or a list/tuple of buffers; refuses groups and sparse."""
+    if isinstance(obj, (list, tuple)):
+        if not obj:
+            refuse(entry, name, "is an empty list; at least one tensor is needed")
+        if any(isinstance(o, dict) for o in obj):
+            refuse(entry, name, "holds parameter groups (dicts); per-group options are not covered, "
+                                "make one optimizer per group")
+        items, listed = list(obj), True
+    else:
+        items, listed = [obj], False
+    for i, o in enumerate(items):
+        if _is_sparse(o):
+            refuse(entry, f"{name}[{i}]", "is sparse; sparse tensors are not covered, pass a dense "
+                                          "float32 array")
+    return items, listed
+
+
+def end_to_end(views: list[np.ndarray]) -> np.ndarray | None:
+    """A flat view spanning `views` when they lie end to end in one allocation, else None."""
+    root = views[0]
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    start = views[0].__array_interface__["data"][0]
+    addr = start
+    for v in views:
+        if v.__array_interface__["data"][0] != addr:
+            return None
+        base = v
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        if base is not root:
+            return None
+        addr += v.nbytes
+    if not root.flags.c_contiguous or not root.flags.writeable:
+        return None
+    root_start = root.__array_interface__["data"][0]
+    total = (addr - start) // 4
+    return np.ndarray((total,), np.float32, buffer=root, offset=start - root_start)
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+class Registry:
+    """Caller parameters as a flat buffer with offsets; see the module docstring."""
+
+    def __init__(self, entry: str, params):
+        self.entry = entry
+        items, self.listed = as_list(entry, "params", params)
+        name = (lambda i: f"params[{i}]") if self.listed else (lambda i: "params")
+        self.views = [as_f32(entry, name(i), p, writable=True) for i, p in enumerate(items)]
+        self.shapes = [np.asarray(p).shape for p in items]
+        self.sizes = [v.size for v in self.views]
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        # the caller's own objects, to notice a resize or reallocation under the registry
+        self._items = [p if isinstance(p, np.ndarray) else None for p in items]
+        self._layout = [(_address(p), p.shape) if isinstance(p, np.ndarray) else None for p in items]
+        borrowed = self.views[0] if len(self.views) == 1 else end_to_end(self.views)
+        self.packed = borrowed is None
+        self.flat = np.empty(int(self.offsets[-1]), np.float32) if self.packed else borrowed
+        self._grad_flat = None
+
+    @property
+    def n(self) -> int:
+        return int(self.offsets[-1])
+
+    def check_unchanged(self) -> None:
+        """Refuse when a parameter was resized or reallocated under the registry (numpy arrays;
+        other buffers cannot be resized while exported)."""
+        for i, (item, layout) in enumerate(zip(self._items, self._layout)):
+            if item is not None and (_address(item), item.shape) != layout:
+                refuse(self.entry, f"params[{i}]", "was resized or reallocated after the optimizer "
+                                                   "registered it; make a new optimizer")
+
+    def gather(self) -> None:
+        if self.packed:
+            for v, lo, hi in zip(self.views, self.offsets[:-1], self.offsets[1:]):
+                self.flat[lo:hi] = v
+
+    def scatter(self) -> None:
+        if self.packed:
+            for v, lo, hi in zip(self.views, self.offsets[:-1], self.offsets[1:]):
+                v[...] = self.flat[lo:hi]
+
+    def grads(self, grads, *, writable: bool) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        """(flat gradients, caller views to scatter back into when they were gathered, else None).
+
+        Count, shapes and order must match the parameters. Gathering reuses one buffer.
+        """
+        items, listed = as_list(self.entry, "grads", grads)
+        if len(items) != len(self.views) or listed != self.listed:
+            refuse(self.entry, "grads", f"has {len(items)} tensor(s) but the optimizer has "
+                                        f"{len(self.views)} parameter(s); pass one gradient per "
+                                        f"parameter, in the same order")
+        name = (lambda i: f"grads[{i}]") if listed else (lambda i: "grads")
+        views = [as_f32(self.entry, name(i), g, writable=writable) for i, g in enumerate(items)]
+        for i, (g, shape) in enumerate(zip(items, self.shapes)):
+            if np.asarray(g).shape != shape:
+                refuse(self.entry, name(i), f"has shape {np.asarray(g).shape} but its parameter has "
+                                            f"shape {shape}")
+        flat = views[0] if len(views) == 1 else end_to_end(views)
+        if flat is not None and (not writable or flat.flags.writeable):
+            return flat, None
+        if self._grad_flat is None:
+            self._grad_flat = np.empty(self.n, np.float32)
+        for v, lo, hi in zip(views, self.offsets[:-1], self.offsets[1:]):
+            self._grad_flat[lo:hi] = v
+        return self._grad_flat, views
+
+    def scatter_grads(self, views: list[np.ndarray] | None) -> None:
+        if views is not None:
+            for v, lo, hi in zip(views, self.offsets[:-1], self.offsets[1:]):
+                v[...] = self._grad_flat[lo:hi]
+
+    def split(self, flat: np.ndarray) -> list[np.ndarray]:
+        """Per-tensor views of a flat array, shaped like the parameters."""
+        return [flat[lo:hi].reshape(s) for lo, hi, s in zip(self.offsets[:-1], self.offsets[1:], self.shapes)]
