@@ -11,22 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 
 import numpy as np
 
 import mojolike
 from mojolike.contracts.casegen import bulk_normal
-
-
-def best_of(fn, repeat: int) -> float:
-    fn()  # warm: compile, build, first touch
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+from timing import best_of
 
 
 def blas_info() -> str:

@@ -15,7 +15,6 @@ which their floor does not include.
 from __future__ import annotations
 
 import argparse
-import time
 import tracemalloc
 
 import numba
@@ -25,6 +24,7 @@ from numba import njit, prange
 
 import mojolike
 from mojolike.contracts.casegen import bulk_normal
+from timing import best_of
 
 
 @njit(parallel=True, cache=True)
@@ -62,16 +62,6 @@ def floor_clip(g, out):  # reads g twice (norm pass, scale pass), writes g once
         out[c] = s
     for i in prange(g.size):
         g[i] = g[i] * np.float32(0.5)
-
-
-def best_of(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def registry(n: int, tensors: int, layout: str):

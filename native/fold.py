@@ -122,7 +122,23 @@ def segment_sumsq(x: np.ndarray, offsets) -> np.ndarray:
     return out
 
 
-class NumbaFold:
+class NumbaThreads:
+    """The thread count of numba kernels (the thread clauses vary it; the bits must not)."""
+
+    @staticmethod
+    def set_num_threads(n: int) -> None:
+        numba.set_num_threads(n)
+
+    @staticmethod
+    def get_num_threads() -> int:
+        return numba.get_num_threads()
+
+    @staticmethod
+    def max_threads() -> int:
+        return numba.config.NUMBA_NUM_THREADS
+
+
+class NumbaFold(NumbaThreads):
     """fold/sumsq/dot on the CPU with numba; bits independent of the thread count."""
 
     backend = "cpu-numba"
@@ -148,18 +164,6 @@ class NumbaFold:
 
     def sumsq(self, x):
         return self.dot(x, x)
-
-    @staticmethod
-    def set_num_threads(n: int) -> None:
-        numba.set_num_threads(n)
-
-    @staticmethod
-    def get_num_threads() -> int:
-        return numba.get_num_threads()
-
-    @staticmethod
-    def max_threads() -> int:
-        return numba.config.NUMBA_NUM_THREADS
 
 
 def load(mode: str, backend: str = "cpu-numba") -> NumbaFold:

@@ -137,7 +137,7 @@ def _clip_finish(total_sq, max_norm, eps):
     return total, coef
 
 
-class NumbaOptim:
+class NumbaOptim(fold.NumbaThreads):
     """Optimizer kernels on the CPU with numba. Arrays are flat float32 and updated in place."""
 
     backend = "cpu-numba"
@@ -179,18 +179,6 @@ class NumbaOptim:
         fold._fold_partials(sq, p)
         total, coef = _clip_finish(fold._pairwise(p), max_norm, eps)
         return np.float32(total), np.float32(coef)
-
-    @staticmethod
-    def set_num_threads(n: int) -> None:
-        numba.set_num_threads(n)
-
-    @staticmethod
-    def get_num_threads() -> int:
-        return numba.get_num_threads()
-
-    @staticmethod
-    def max_threads() -> int:
-        return numba.config.NUMBA_NUM_THREADS
 
 
 def load(mode: str, backend: str = "cpu-numba") -> NumbaOptim:

@@ -1,0 +1,15 @@
+"""Timing helper shared by the benchmark scripts (run them from the repository root)."""
+from __future__ import annotations
+
+import time
+
+
+def best_of(fn, repeat: int) -> float:
+    """The best wall time of `repeat` calls of fn, after one warm call (compile, build, first touch)."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
