@@ -18,10 +18,11 @@ import math
 import numpy as np
 
 from . import registry
-from ._params import Registry
+from ._params import Registry, as_list
+from .buffers import as_f32
 from .oracles import f32
-from .oracles.fold import split_is_exact
 from .oracles import optim as spec
+from .oracles.fold import split_is_exact, sumsq
 from .refusals import Refusal, refuse, refuse_unknown_keywords
 
 CLIP_EPS = np.float32(spec.CLIP_EPS)
@@ -161,8 +162,7 @@ class _Optimizer:
 
     def zero_grad(self, grads) -> None:
         """Write +0.0 into every gradient."""
-        items, _ = _as_items(self._ENTRY, grads)
-        from .buffers import as_f32
+        items, _ = as_list(self._ENTRY, "grads", grads)
         views = [as_f32(self._ENTRY, "grads", g, writable=True) for g in items]
         for v in views:
             v[...] = np.float32(0.0)
@@ -389,11 +389,6 @@ class AdamW(Adam):
     _DECOUPLED = True
 
 
-def _as_items(entry: str, grads):
-    from ._params import as_list
-    return as_list(entry, "grads", grads)
-
-
 def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=True, numeric_mode=None,
                     backend=None, **unknown) -> float:
     """Scale `grads` in place so their global 2-norm is at most `max_norm`; return the total norm.
@@ -453,8 +448,7 @@ def accumulate_grads(microbatch_grads, tokens, *, numeric_mode=None, backend=Non
     k = registry.kernels(e, "optim", backend, numeric_mode)
     regs = []
     for i, entry in enumerate(microbatch_grads):
-        items, listed = _as_items(e, entry)
-        from .buffers import as_f32
+        items, listed = as_list(e, "microbatch_grads", entry)
         views = [as_f32(e, f"microbatch_grads[{i}]", g) for g in items]
         shapes = [np.asarray(g).shape for g in items]
         if regs and (shapes, listed) != regs[0][1:]:
@@ -566,7 +560,6 @@ class OracleOptim:
         return all(math.isfinite(v) for v in x.tolist())
 
     def segment_sumsq(self, x, offsets):
-        from .oracles.fold import sumsq
         return np.float32([sumsq(x[lo:hi].tolist()) for lo, hi in zip(offsets[:-1], offsets[1:])])
 
     def clip_coef(self, sumsqs, max_norm, eps):
