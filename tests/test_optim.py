@@ -2,6 +2,9 @@
 state, clip, accumulation and refusals."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tracemalloc
 
 import numpy as np
@@ -252,3 +255,31 @@ def test_sparse_gradients_are_refused_by_name():
 def test_the_suite_refusal_table_holds_on_the_default_backend():
     status, detail = suite.clause_refusals(mojolike.registry.kernels("t", "optim", "cpu-numba"))
     assert status == "pass", detail
+
+
+_RESIDENT = """
+import numpy as np, mojolike
+from mojolike.contracts.casegen import bulk_normal
+def run(backend, resident):
+    p = [bulk_normal(1100, 'r/p0'), bulk_normal(30, 'r/p1')]
+    opt = mojolike.Adam(p, lr=0.01, weight_decay=0.1, backend=backend)
+    if resident:
+        opt.params_to_device()
+    for t in range(2):
+        opt.step([bulk_normal(1100, f'r/g{t}/0') * np.float32(0.01), bulk_normal(30, f'r/g{t}/1')],
+                 max_norm=1.0)
+    if resident:
+        opt.params_to_host()
+    sd = opt.state_dict()
+    return np.concatenate([x.reshape(-1) for x in p] + sd['exp_avg'] + sd['exp_avg_sq'])
+print(bool((run('cpu-numba', False).view(np.uint32) == run('cuda-sim', True).view(np.uint32)).all()))
+"""
+
+
+def test_parameters_kept_on_the_device_give_the_same_bits():
+    # in a simulator process the CUDA kernels run in-process, so parameters can stay resident
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", _RESIDENT], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "True"
