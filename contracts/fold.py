@@ -13,6 +13,7 @@ import numpy as np
 from ..oracles import f32
 from ..oracles.fold import fold_tree
 from .casegen import bulk_normal, draw
+from .harness import with_1_and_2_threads
 
 NAME = "fold"
 FAMILY = "fold"  # the kernel family the suite exercises
@@ -60,17 +61,11 @@ def clause_threads(k) -> tuple[str, str]:
     """Clause (c): the same bits with 1 and with 2 threads on n = 2**24 + 3."""
     if not hasattr(k, "set_num_threads"):
         return "n/a", f"{k.backend} has no host thread count; its tree never sees launch geometry"
-    if k.max_threads() < 2:
-        return "fail", "only one thread is available; set NUMBA_NUM_THREADS=2 / OMP_NUM_THREADS=2"
     x, b = bulk_normal(THREAD_N, "fold/threads/x"), bulk_normal(THREAD_N, "fold/threads/b")
-    before = k.get_num_threads()
-    seen = {}
-    try:
-        for t in (1, 2):
-            k.set_num_threads(t)
-            seen[t] = _bits([k.fold(x), k.sumsq(x), k.dot(x, b)])
-    finally:
-        k.set_num_threads(before)
+    seen, why = with_1_and_2_threads(k, lambda: _bits([k.fold(x), k.sumsq(x), k.dot(x, b)]))
+    if seen is None:
+        return "fail", why
+    seen = dict(zip((1, 2), seen))
     hexes = " ".join(f"{u:08x}" for u in seen[1])
     if seen[1] == seen[2]:
         return "pass", f"n={THREAD_N}: fold/sumsq/dot = {hexes} with 1 and 2 threads"

@@ -107,6 +107,21 @@ def compare_with_oracle(outs, ref) -> tuple[int, list[str]]:
     return cells, bad
 
 
+def with_1_and_2_threads(k, run) -> tuple[list | None, str]:
+    """[run() with 1 thread, run() with 2 threads] on kernels `k` (which has a thread count),
+    restoring its count; (None, why) when only one thread is available."""
+    if k.max_threads() < 2:
+        return None, "only one thread is available; set NUMBA_NUM_THREADS=2 / OMP_NUM_THREADS=2"
+    before, seen = k.get_num_threads(), []
+    try:
+        for t in (1, 2):
+            k.set_num_threads(t)
+            seen.append(run())
+    finally:
+        k.set_num_threads(before)
+    return seen, ""
+
+
 def negative_controls(suite, progress=None) -> Clause:
     """Clause (e): each deliberately wrong tree must give a card that differs from the oracle's."""
     if suite.NAME in _controls:

@@ -13,6 +13,7 @@ gives its bits. Gradients are an argument: there is no autograd.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -22,7 +23,7 @@ from ._params import Registry, as_list
 from .buffers import as_f32
 from .oracles import f32
 from .oracles import optim as spec
-from .oracles.fold import split_is_exact, sumsq
+from .oracles.fold import pairwise, split_is_exact, sumsq
 from .refusals import Refusal, refuse, refuse_unknown_keywords
 
 CLIP_EPS = np.float32(spec.CLIP_EPS)
@@ -283,17 +284,11 @@ class SGD(_Optimizer):
         off = self._reg.offsets
         # tensors whose momentum buffer is (not yet) initialized run as one stretch each
         i = 0
-        while i < len(self._initialized):
-            j = i
-            while j < len(self._initialized) and self._initialized[j] == self._initialized[i]:
-                j += 1
+        for initialized, run in itertools.groupby(self._initialized):
+            j = i + len(list(run))
             lo, hi = int(off[i]), int(off[j])
-            whole = (lo, hi) == (0, self._reg.n)
-            pgb = (p, g, b) if whole else (p[lo:hi], g[lo:hi], b[lo:hi])
-            if b is None:
-                pgb = (pgb[0], pgb[1], self._placeholder)
-            self._k.sgd(*pgb,
-                        np.bool_(not self._initialized[i]), *map(_f32or_bool, args))
+            buf = self._placeholder if b is None else b[lo:hi]
+            self._k.sgd(p[lo:hi], g[lo:hi], buf, np.bool_(not initialized), *map(_f32or_bool, args))
             i = j
         if self._buf is not None:
             self._initialized = [True] * len(self._initialized)
@@ -455,17 +450,14 @@ def accumulate_grads(microbatch_grads, tokens, *, numeric_mode=None, backend=Non
             refuse(e, f"microbatch_grads[{i}]", "does not have the structure of microbatch_grads[0] "
                                                 "(count and shapes)")
         regs.append((views, shapes, listed))
-    level = [np.concatenate(v) if len(v) > 1 else v[0] for v, _, _ in regs]
-    while len(level) > 1:
-        nxt = []
-        for j in range(0, len(level) - 1, 2):
-            out = np.empty_like(level[j])
-            k.add(level[j], level[j + 1], out)
-            nxt.append(out)
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    flat = level[0].copy() if len(regs) == 1 else level[0]
+    def add(a, b):
+        out = np.empty_like(a)
+        k.add(a, b, out)
+        return out
+
+    flat = pairwise([np.concatenate(v) if len(v) > 1 else v[0] for v, _, _ in regs], add)
+    if len(regs) == 1:
+        flat = flat.copy()  # the result is new memory, never the caller's buffer
     _, shapes, listed = regs[0]
     sizes = np.cumsum([0] + [int(np.prod(s)) for s in shapes])
     parts = [flat[a:b].reshape(s) for a, b, s in zip(sizes[:-1], sizes[1:], shapes)]

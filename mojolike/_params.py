@@ -102,15 +102,20 @@ class Registry:
                 refuse(self.entry, f"params[{i}]", "was resized or reallocated after the optimizer "
                                                    "registered it; make a new optimizer")
 
+    def _copy(self, flat: np.ndarray, views: list[np.ndarray], *, into_flat: bool) -> None:
+        for v, lo, hi in zip(views, self.offsets[:-1], self.offsets[1:]):
+            if into_flat:
+                flat[lo:hi] = v
+            else:
+                v[...] = flat[lo:hi]
+
     def gather(self) -> None:
         if self.packed:
-            for v, lo, hi in zip(self.views, self.offsets[:-1], self.offsets[1:]):
-                self.flat[lo:hi] = v
+            self._copy(self.flat, self.views, into_flat=True)
 
     def scatter(self) -> None:
         if self.packed:
-            for v, lo, hi in zip(self.views, self.offsets[:-1], self.offsets[1:]):
-                v[...] = self.flat[lo:hi]
+            self._copy(self.flat, self.views, into_flat=False)
 
     def grads(self, grads, *, writable: bool) -> tuple[np.ndarray, list[np.ndarray] | None]:
         """(flat gradients, caller views to scatter back into when they were gathered, else None).
@@ -133,14 +138,12 @@ class Registry:
             return flat, None
         if self._grad_flat is None:
             self._grad_flat = np.empty(self.n, np.float32)
-        for v, lo, hi in zip(views, self.offsets[:-1], self.offsets[1:]):
-            self._grad_flat[lo:hi] = v
+        self._copy(self._grad_flat, views, into_flat=True)
         return self._grad_flat, views
 
     def scatter_grads(self, views: list[np.ndarray] | None) -> None:
         if views is not None:
-            for v, lo, hi in zip(views, self.offsets[:-1], self.offsets[1:]):
-                v[...] = self._grad_flat[lo:hi]
+            self._copy(self._grad_flat, views, into_flat=False)
 
     def split(self, flat: np.ndarray) -> list[np.ndarray]:
         """Per-tensor views of a flat array, shaped like the parameters."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import f32, scalars
-from .fold import fold_tree
+from .fold import fold_tree, pairwise
 from .fold import sumsq as fold_sumsq
 
 CLIP_EPS = f32.round_float(1e-6)
@@ -165,11 +165,4 @@ def clip(grads: list[list[float]], max_norm: float) -> tuple[float, float, list[
 
 def accumulate(microbatches: list[list[float]]) -> list[float]:
     """Elementwise sum of microbatch gradients by the pairwise tree, in ascending order."""
-    level = [list(g) for g in microbatches]
-    while len(level) > 1:
-        nxt = [[f32.add(a, b) for a, b in zip(level[k], level[k + 1])]
-               for k in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    return level[0]
+    return list(pairwise(microbatches, lambda a, b: [f32.add(x, y) for x, y in zip(a, b)]))

@@ -6,6 +6,8 @@ np.float32(25.0)
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ...oracles.fold import CHUNK
@@ -55,7 +57,6 @@ class CffiFold:
 
 
 def os_cpu_threads() -> int:
-    import os
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 

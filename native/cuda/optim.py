@@ -122,10 +122,6 @@ class CudaOptim:
     def new_state(self, n: int):
         return cuda.to_device(np.zeros(n, np.float32))
 
-    @staticmethod
-    def to_host(a) -> np.ndarray:
-        return a if isinstance(a, np.ndarray) else a.copy_to_host()
-
     def _run(self, name: str, n: int, *args):
         writes = self.WRITES.get(name, ())
         dev, back = [], []
