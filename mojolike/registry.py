@@ -56,6 +56,16 @@ _LOADERS = {
     ("optim", "cpu-cffi"): "mojolike.native.c.optim:load",
     ("optim", "cuda"): "mojolike.native.cuda.optim:load",
     ("optim", "cuda-sim"): "mojolike.native.cuda.optim:load",
+    ("crmath", "oracle"): "mojolike._crmath:oracle_kernels",
+    ("crmath", "cpu-numba"): "mojolike.native.crmath:load",
+    ("crmath", "cpu-cffi"): "mojolike.native.c.crmath:load",
+    ("crmath", "cuda"): "mojolike.native.cuda.crmath:load",
+    ("crmath", "cuda-sim"): "mojolike.native.cuda.crmath:load",
+    ("loss", "oracle"): "mojolike._loss:oracle_kernels",
+    ("loss", "cpu-numba"): "mojolike.native.loss:load",
+    ("loss", "cpu-cffi"): "mojolike.native.c.loss:load",
+    ("loss", "cuda"): "mojolike.native.cuda.loss:load",
+    ("loss", "cuda-sim"): "mojolike.native.cuda.loss:load",
 }
 
 
