@@ -1,0 +1,99 @@
+"""Public correctly rounded `expf` and `logf` on float32 buffers, any backend.
+
+The kernels decide almost every value with a binary64 rounding test and mark
+the rest UNDECIDED; `finish` gives those slots the oracle's exact answer, so
+the result is the correctly rounded value everywhere (contracts/crmath.md).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .buffers import as_f32
+from .oracles import crmath as spec
+from .registry import CONTRACT_MODE, kernels
+from .refusals import refuse_unknown_keywords
+
+UNDECIDED = 0x7FA00DAD  # the kernels' mark for a slot the fast path could not decide
+_OPTIONS = ("backend", "numeric_mode")
+_EXACT = {"expf": spec.expf_bits, "logf": spec.logf_bits}
+
+
+def finish(name: str, x: np.ndarray, out: np.ndarray, undecided: int) -> int:
+    """Give the `undecided` UNDECIDED slots of out the oracle's bits; returns how many."""
+    if undecided:
+        ob, xb = out.reshape(-1).view(np.uint32), x.reshape(-1).view(np.uint32)
+        idx = np.flatnonzero(ob == UNDECIDED)
+        assert idx.size == undecided, (idx.size, undecided)
+        exact = _EXACT[name]
+        for i in idx.tolist():
+            ob[i] = exact(int(xb[i]))
+    return undecided
+
+
+def _apply(name: str, x, backend, numeric_mode, unknown) -> np.ndarray:
+    entry = f"mojolike.math.{name}"
+    refuse_unknown_keywords(entry, unknown, ("x",) + _OPTIONS)
+    a = as_f32(entry, "x", x)
+    k = kernels(entry, "crmath", backend, numeric_mode)
+    out = np.empty(a.size, np.float32)
+    finish(name, a, out, getattr(k, f"{name}_into")(a, out))
+    return out.reshape(np.shape(np.asarray(x)))
+
+
+def expf(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
+    """e^x for every element, the float32 nearest the exact value (ties to even).
+
+    `x`: any float32 buffer; the result is a new float32 array of its shape.
+    Special values as C99 `expf`: NaN in, NaN out (quieted, payload kept);
+    expf(+inf) = +inf, expf(-inf) = +0; overflow gives +inf and underflow the
+    correctly rounded subnormal or +0.
+
+    Reproducibility: numeric_mode="identical" gives the oracle's bits on every
+    backend; the value is defined by the real e^x alone, so no libm, vendor or
+    thread count reaches it.
+
+    >>> import numpy as np, mojolike.math
+    >>> mojolike.math.expf(np.float32([0.0, 1.0, -np.inf]), backend="oracle").tolist()
+    [1.0, 2.7182817459106445, 0.0]
+    """
+    return _apply("expf", x, backend, numeric_mode, unknown)
+
+
+def logf(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
+    """ln x for every element, the float32 nearest the exact value (ties to even).
+
+    Special values as C99 `logf`: logf(+-0) = -inf, logf(1) = +0,
+    logf(+inf) = +inf, logf(x < 0) = NaN (pattern 0x7FC00000), NaN in, NaN
+    out (quieted, payload kept).
+
+    Reproducibility: as `expf`.
+
+    >>> import numpy as np, mojolike.math
+    >>> mojolike.math.logf(np.float32([1.0, 2.0, 0.0]), backend="oracle").tolist()
+    [0.0, 0.6931471824645996, -inf]
+    """
+    return _apply("logf", x, backend, numeric_mode, unknown)
+
+
+class OracleCrmath:
+    """The oracle as a kernel set (it never leaves a slot undecided)."""
+
+    backend = "oracle"
+    numeric_mode = CONTRACT_MODE
+    details: dict = {}
+    WRITES = {"expf_into": (1,), "logf_into": (1,)}
+
+    @staticmethod
+    def _into(fn, x, out) -> int:
+        out.view(np.uint32)[:] = [fn(u) for u in x.view(np.uint32).tolist()]
+        return 0
+
+    def expf_into(self, x, out) -> int:
+        return self._into(spec.expf_bits, x, out)
+
+    def logf_into(self, x, out) -> int:
+        return self._into(spec.logf_bits, x, out)
+
+
+def oracle_kernels(mode: str, backend: str = "oracle") -> OracleCrmath:
+    return OracleCrmath()
