@@ -129,7 +129,7 @@ EXP_HUGE = 89.0  # e^89 > FLT_MAX * (1 + 2^-25): +inf from here up
 EXP_TINY = -104.0  # e^-104 < 2^-150 (half the least subnormal): +0 from here down
 
 
-def _exp_decided(x: float) -> float:
+def _exp_enclosure(x: float):
     xf = Fraction(x)
 
     def enclose(p: int):
@@ -143,7 +143,27 @@ def _exp_decided(x: float) -> float:
         lo, hi = _exp_scaled(r_lo, r_hi, p)
         return lo, hi, k
 
-    return _decide(enclose)
+    return enclose
+
+
+def _exp_decided(x: float) -> float:
+    return _decide(_exp_enclosure(x))
+
+
+def _interval(enclose, p: int) -> tuple[Fraction, Fraction]:
+    lo, hi, shift = enclose(p)
+    scale = Fraction(2) ** (shift - p)
+    return lo * scale, hi * scale
+
+
+def exp_interval(x: float, p: int = 200) -> tuple[Fraction, Fraction]:
+    """Rationals [lo, hi] enclosing e^x, hi - lo about 2^-p e^x (for measuring errors)."""
+    return _interval(_exp_enclosure(x), p)
+
+
+def log_interval(x: float, p: int = 200) -> tuple[Fraction, Fraction]:
+    """Rationals [lo, hi] enclosing ln x (x > 0, x != 1), width about 2^-p."""
+    return _interval(_log_enclosure(x), p)
 
 
 def expf_bits(u: int) -> int:
@@ -163,7 +183,7 @@ def expf_bits(u: int) -> int:
 
 # -- log ----------------------------------------------------------------------------------
 
-def _log_decided(x: float) -> float:
+def _log_enclosure(x: float):
     xf = Fraction(x)
     # x = m 2^e with 3/4 <= m < 3/2, so that s = (m-1)/(m+1) lies in [-1/7, 1/5]
     e = xf.numerator.bit_length() - xf.denominator.bit_length()
@@ -184,7 +204,11 @@ def _log_decided(x: float) -> float:
             return e * l2lo + llo, e * l2hi + lhi, 0
         return e * l2hi + llo, e * l2lo + lhi, 0
 
-    return _decide(enclose)
+    return enclose
+
+
+def _log_decided(x: float) -> float:
+    return _decide(_log_enclosure(x))
 
 
 def logf_bits(u: int) -> int:
