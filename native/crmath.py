@@ -32,6 +32,7 @@ import numpy as np
 from numba import float32, int64, njit, prange, types, uint32
 
 from ..oracles import crmath as oracle
+from .fold import NumbaThreads
 
 narrow = np.float32  # binary64 -> binary32, round to nearest even
 widen = np.float64  # exact
@@ -252,7 +253,7 @@ def _logf(xb, out, ob):
     return counts.sum()
 
 
-class NumbaCrmath:
+class NumbaCrmath(NumbaThreads):
     """expf/logf on the CPU with numba, parallel over blocks of 4096 elements."""
 
     backend = "cpu-numba"

@@ -181,3 +181,15 @@ def test_unknown_keywords_are_refused_by_name():
     with pytest.raises(Refusal) as e:
         mm.logf(np.float32([1.0]), out=None)
     assert "out" in e.value.option
+
+
+def test_the_kernel_leaves_exactly_the_known_hard_inputs_undecided_and_the_api_finishes_them():
+    from mojolike.contracts.crmath import HARD_EXP, HARD_LOG
+    k = fast.load("identical")
+    for name, hard, exact in (("expf", HARD_EXP, spec.expf_bits), ("logf", HARD_LOG, spec.logf_bits)):
+        x = np.array(hard, np.uint32).view(np.float32)
+        out = np.empty_like(x)
+        assert getattr(k, f"{name}_into")(x, out) == len(hard)
+        assert (out.view(np.uint32) == UNDECIDED).all()
+        got = getattr(mm, name)(x).view(np.uint32).tolist()
+        assert got == [exact(u) for u in hard]
