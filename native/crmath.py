@@ -193,18 +193,25 @@ def _expf(x, xb, out, ob):
     for c in prange(nblocks):
         lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, n)
         # first pass without branches (it vectorizes): clamp into range, flag what to redo
-        redo = 0
+        clamped = 0
+        unsure = 0
         for i in range(lo, hi):
             v = x[i]
             w = v if v > EXP_TINY else EXP_TINY  # NaN too
             w = w if w < EXP_HUGE else EXP_HUGE
             a, ok = _exp_elem(w)
             out[i] = a
-            redo += (not ok) or (w != v)
+            clamped += w != v
+            unsure += not ok
         undecided = 0
-        if redo:
+        if unsure:  # rare (about 1 in 2^26): redo the block element by element
             for i in range(lo, hi):
                 undecided += _expf_special(x[i], xb[i], out, ob, i)
+        elif clamped:  # only the clamped slots need their special value
+            for i in range(lo, hi):
+                v = x[i]
+                if not (v > EXP_TINY and v < EXP_HUGE):
+                    _expf_special(v, xb[i], out, ob, i)
         counts[c] = undecided
     return counts.sum()  # integers: the order cannot matter
 
@@ -236,7 +243,8 @@ def _logf(xb, out, ob):
     counts = np.zeros(nblocks, np.int64)
     for c in prange(nblocks):
         lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, n)
-        redo = 0
+        specials = 0
+        unsure = 0
         for i in range(lo, hi):
             u = np.int64(xb[i])
             # normal positive inputs only here (no branches); the rest are redone below
@@ -244,11 +252,17 @@ def _logf(xb, out, ob):
             w = 0x3F800000 if special else u
             a, ok = _log_elem(w)
             out[i] = a
-            redo += special or (not ok)
+            specials += special
+            unsure += not ok
         undecided = 0
-        if redo:
+        if unsure:  # rare: redo the block element by element
             for i in range(lo, hi):
                 undecided += _logf_special(np.int64(xb[i]), out, ob, i)
+        elif specials:  # subnormal, zero, negative, inf, NaN: only those slots
+            for i in range(lo, hi):
+                u = np.int64(xb[i])
+                if (u < 0x800000) or (u >= POS_INF_BITS):
+                    _logf_special(u, out, ob, i)
         counts[c] = undecided
     return counts.sum()
 

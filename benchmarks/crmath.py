@@ -1,0 +1,45 @@
+"""Throughput of the correctly rounded expf/logf vs numpy's float32 exp/log, in one run.
+
+    python benchmarks/crmath.py [--n 16777216] [--repeat 10] [--backends cpu-numba,cpu-cffi]
+
+Inputs: normal(0, 8) float32 for exp (|x| for log), numpy's generator seeded 0. Prints best-of-`repeat`
+times and the throughput ratio to np.exp / np.log (target >= 1.0x for expf).
+The mojolike rows are the public API: allocation of the result and the exact
+fallback for undecided slots included. Not a test: quote ratios from one run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+
+import numpy as np
+
+import mojolike
+import mojolike.math as mm
+from timing import best_of
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=2**24)
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--backends", default=None,
+                   help="comma-separated; default: every available backend except oracle and cuda-sim")
+    args = p.parse_args()
+    names = args.backends.split(",") if args.backends else [
+        b.name for b in mojolike.backends() if b.available and b.name not in ("oracle", "cuda-sim")]
+    x = (np.random.default_rng(0).standard_normal(args.n) * 8).astype(np.float32)
+    ax = np.abs(x)
+    print(f"n={args.n} float32, best of {args.repeat}; {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cpus; numpy {np.__version__}")
+    for op, xs, ref, fn in (("expf", x, np.exp, mm.expf), ("logf", ax, np.log, mm.logf)):
+        t_ref = best_of(lambda: ref(xs), args.repeat)
+        print(f"{op}  np.{ref.__name__} (float32)   {t_ref * 1e3:8.2f} ms")
+        for b in names:
+            t = best_of(lambda: fn(xs, backend=b), args.repeat)
+            print(f"{op}  mojolike {b:12s} {t * 1e3:8.2f} ms  throughput {t_ref / t:5.2f}x numpy")
+
+
+if __name__ == "__main__":
+    main()
