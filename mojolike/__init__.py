@@ -8,7 +8,9 @@ kernels compile on first use and are cached on disk.
 >>> mojolike.fold(np.float32([0.5, 0.25]), backend="oracle")
 np.float32(0.75)
 """
+from . import math
 from ._fold import dot, fold, sumsq
+from ._loss import cross_entropy
 from ._optim import (SGD, Adam, AdamW, accumulate_grads, accumulation_is_aligned, clip_grad_norm_,
                      load_state, save_state)
 from .registry import backend_used, backends, numeric_mode_used
@@ -18,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SGD", "Adam", "AdamW", "BackendUnavailable", "Refusal", "accumulate_grads",
-    "accumulation_is_aligned", "backend_used", "backends", "clip_grad_norm_", "dot", "fold",
+    "accumulation_is_aligned", "backend_used", "backends", "clip_grad_norm_", "cross_entropy", "dot",
+    "fold", "math",
     "load_state", "numeric_mode_used", "save_state", "sumsq",
 ]
