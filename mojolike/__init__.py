@@ -21,6 +21,5 @@ __version__ = "0.1.0"
 __all__ = [
     "SGD", "Adam", "AdamW", "BackendUnavailable", "Refusal", "accumulate_grads",
     "accumulation_is_aligned", "backend_used", "backends", "clip_grad_norm_", "cross_entropy", "dot",
-    "fold", "math",
-    "load_state", "numeric_mode_used", "save_state", "sumsq",
+    "fold", "load_state", "math", "numeric_mode_used", "save_state", "sumsq",
 ]
