@@ -10,7 +10,8 @@ MODULES = [
     "mojolike", "mojolike._fold", "mojolike._optim", "mojolike._params", "mojolike.registry",
     "mojolike.refusals", "mojolike.oracles.f32", "mojolike.oracles.fold", "mojolike.oracles.optim",
     "mojolike.oracles.scalars", "mojolike.native.fold", "mojolike.native.optim",
-    "mojolike.native.c.fold", "mojolike.native.c.optim", "mojolike.contracts.casegen",
+    "mojolike.native.c.fold", "mojolike.native.c.optim", "mojolike.native.c.crmath",
+    "mojolike.native.cuda.crmath", "mojolike.contracts.casegen",
     "mojolike.contracts.cardformat", "mojolike.contracts.fold", "mojolike.contracts.optim",
     "mojolike.contracts.harness",
 ]

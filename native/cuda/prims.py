@@ -8,6 +8,12 @@ operations, and the warp shuffle (which the simulator lacks) is emulated through
 shared memory with the same semantics: lanes whose source is past lane 31 get
 their own value back.
 
+The binary64 primitives `dadd`, `dsub`, `dmul`, `narrow` (binary64 -> binary32,
+to nearest) and `widen` (exact) serve the correctly rounded exp/log kernels the
+same way: libdevice `dadd_rn`/`dmul_rn`/`double2float_rn` on a GPU (there is no
+`dsub_rn`: a - b is `dadd_rn(a, -b)`, the negation being exact), numpy float64
+under the simulator.
+
 Kernels call these names and nothing else for float arithmetic, so one kernel
 source serves both targets.
 """
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, float64
 
 SIMULATOR = bool(numba.config.ENABLE_CUDASIM)
 FULL_MASK = 0xFFFFFFFF
@@ -49,6 +55,27 @@ if SIMULATOR:
     def sqrt(a):
         with np.errstate(all="ignore"):
             return _f32(np.sqrt(_f32(a)))
+
+    _f64 = np.float64
+
+    def dadd(a, b):
+        with np.errstate(all="ignore"):
+            return _f64(_f64(a) + _f64(b))
+
+    def dsub(a, b):
+        with np.errstate(all="ignore"):
+            return _f64(_f64(a) - _f64(b))
+
+    def dmul(a, b):
+        with np.errstate(all="ignore"):
+            return _f64(_f64(a) * _f64(b))
+
+    def narrow(a):
+        with np.errstate(all="ignore"):  # beyond the binary32 range: inf, as on the GPU
+            return _f32(_f64(a))
+
+    def widen(a):
+        return _f64(a)
 
     @cuda.jit(device=True)
     def warp_scratch():
@@ -91,6 +118,26 @@ else:
     @cuda.jit(device=True, inline="always")
     def sqrt(a):
         return libdevice.fsqrt_rn(a)
+
+    @cuda.jit(device=True, inline="always")
+    def dadd(a, b):
+        return libdevice.dadd_rn(a, b)
+
+    @cuda.jit(device=True, inline="always")
+    def dsub(a, b):
+        return libdevice.dadd_rn(a, -b)  # no dsub_rn in libdevice; negation is exact
+
+    @cuda.jit(device=True, inline="always")
+    def dmul(a, b):
+        return libdevice.dmul_rn(a, b)
+
+    @cuda.jit(device=True, inline="always")
+    def narrow(a):
+        return libdevice.double2float_rn(a)
+
+    @cuda.jit(device=True, inline="always")
+    def widen(a):
+        return float64(a)
 
     @cuda.jit(device=True, inline="always")
     def warp_scratch():

@@ -1,0 +1,218 @@
+/* Correctly rounded expf/logf: the C spelling of native/crmath.py's exp_elem and
+   log_elem. Binary64 + - * only, one IEEE operation per statement, in the same
+   order (built with -ffp-contract=off: no product is fused into an add), then a
+   rounding test: y - 2^-50|y| and y + 2^-50|y| must round to the same binary32
+   value, else the slot gets the UNDECIDED pattern and is counted. Every table
+   and constant comes from Python in mj_crmath_tab; none is written here.
+   Blocks of elements run in parallel (OpenMP); each slot depends on its input
+   alone and the undecided count is an integer sum, so threads never reach the bits.
+   Bit patterns move through memcpy, never through a float register. */
+#include <string.h>
+
+/* The same definition as in crmath.h (cffi compiles a check of every field's
+   offset and size against this one, so the two cannot drift apart silently). */
+typedef struct {
+    double inv_ln2_32, ln2_32_hi, ln2_32_lo, ln2_hi, ln2_lo, shifter, err, one, two_m23, two_m24;
+    double e2, e3, e4, e5, e6, l2, l3, l4, l5, l6, l7, l8;
+    const double *exp2_32, *pow2, *log_inv, *log_hi, *log_lo;
+    int64_t pow2_bias, sqrt2_m24, block;
+    float exp_huge, exp_tiny;
+    uint32_t undecided, quiet_bit, default_nan, pos_inf_bits, neg_inf_bits, one_bits;
+} mj_crmath_tab;
+
+static inline uint32_t mj_bits_at(const float *x, int64_t i) { uint32_t u; memcpy(&u, x + i, sizeof u); return u; }
+static inline void mj_put_bits(float *out, int64_t i, uint32_t u) { memcpy(out + i, &u, sizeof u); }
+
+/* e^x rounded to binary32 when *ok, for finite exp_tiny <= x <= exp_huge */
+static inline float mj_exp_elem(float x, const mj_crmath_tab *T, int *ok) {
+    double xd = (double)x;
+    double t = xd * T->inv_ln2_32;
+    t = t + T->shifter;
+    double kd = t - T->shifter; /* round(x * 32 / ln 2), ties to even */
+    int32_t k = (int32_t)kd; /* |k| < 2^13; 32-bit integers let the loop vectorize */
+    int32_t j = k & 31;
+    int32_t q = (k - j) / 32; /* exact: e^x = 2^q * 2^(j/32) * e^r */
+    double c = kd * T->ln2_32_hi;
+    double r = xd - c; /* exact */
+    c = kd * T->ln2_32_lo;
+    r = r - c;
+    double u = r * T->e6;
+    u = u + T->e5;
+    u = r * u;
+    u = u + T->e4;
+    u = r * u;
+    u = u + T->e3;
+    u = r * u;
+    u = u + T->e2;
+    u = r * u;
+    u = u + T->one;
+    double p = r * u;
+    double tj = T->exp2_32[j];
+    double y = tj * p;
+    y = tj + y;
+    y = y * T->pow2[q + T->pow2_bias]; /* exact */
+    double eb = y * T->err;
+    double ylo = y - eb;
+    double yhi = y + eb;
+    float a = (float)ylo;
+    float b = (float)yhi;
+    *ok = a == b;
+    return a;
+}
+
+/* ln x rounded to binary32 when *ok, for x = m 2^(e-23), 2^23 <= m < 2^24 */
+static inline float mj_log_core(int32_t m, int32_t e, const mj_crmath_tab *T, int *ok) {
+    /* from sqrt2_m24 up: x = 2^(e+1) t, t = m 2^-24 in [sqrt(1/2), 1), cell m >> 16;
+       below: x = 2^e t, t = m 2^-23 in [1, sqrt 2), cell (m >> 16) - 128.
+       Written as selects so that the loop vectorizes. */
+    int32_t big = m >= (int32_t)T->sqrt2_m24;
+    e = e + big;
+    int32_t idx = (m >> 16) - 128 + 128 * big;
+    double scale = big ? T->two_m24 : T->two_m23;
+    double t = (double)m * scale; /* exact */
+    double r = t * T->log_inv[idx]; /* exact */
+    r = r - T->one; /* exact */
+    double ed = (double)e;
+    double hi = ed * T->ln2_hi; /* exact */
+    hi = hi + T->log_hi[idx]; /* exact */
+    double lo = ed * T->ln2_lo;
+    lo = lo + T->log_lo[idx];
+    double w = r * T->l8;
+    w = w + T->l7;
+    w = r * w;
+    w = w + T->l6;
+    w = r * w;
+    w = w + T->l5;
+    w = r * w;
+    w = w + T->l4;
+    w = r * w;
+    w = w + T->l3;
+    w = r * w;
+    w = w + T->l2;
+    double r2 = r * r;
+    w = r2 * w;
+    double p = r + w;
+    double s = lo + p;
+    double y = hi + s;
+    double eb = y * T->err;
+    if (eb < 0) eb = -eb;
+    double ylo = y - eb;
+    double yhi = y + eb;
+    float a = (float)ylo;
+    float b = (float)yhi;
+    *ok = a == b;
+    return a;
+}
+
+/* ln x for the positive finite x with pattern u (subnormals normalized here) */
+static inline float mj_log_elem(uint32_t u, const mj_crmath_tab *T, int *ok) {
+    int32_t ex = (int32_t)((u >> 23) & 0xFF);
+    int32_t m = (int32_t)(u & 0x7FFFFF);
+    int32_t e;
+    if (ex == 0) {
+        e = -126;
+        while (m < 0x800000) {
+            m = m << 1;
+            e = e - 1;
+        }
+    } else {
+        m = m | 0x800000;
+        e = ex - 127;
+    }
+    return mj_log_core(m, e, T, ok);
+}
+
+/* slot i when the first pass flagged its block; returns 1 if undecided */
+static inline int64_t mj_expf_slot(const float *x, float *out, int64_t i, const mj_crmath_tab *T) {
+    float v = x[i];
+    if (v != v) {
+        mj_put_bits(out, i, mj_bits_at(x, i) | T->quiet_bit);
+    } else if (v >= T->exp_huge) {
+        mj_put_bits(out, i, T->pos_inf_bits);
+    } else if (v <= T->exp_tiny) {
+        mj_put_bits(out, i, 0);
+    } else {
+        int ok;
+        float a = mj_exp_elem(v, T, &ok);
+        if (ok) {
+            out[i] = a;
+        } else {
+            mj_put_bits(out, i, T->undecided);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int64_t mj_expf(const float *x, float *out, int64_t n, const mj_crmath_tab *tab) {
+    const mj_crmath_tab T = *tab; /* a private copy: stores to out cannot alias it */
+    int64_t nblocks = (n + T.block - 1) / T.block;
+    int64_t undecided = 0;
+    #pragma omp parallel for schedule(static) reduction(+:undecided)
+    for (int64_t c = 0; c < nblocks; c++) {
+        int64_t lo = c * T.block;
+        int64_t hi = lo + T.block < n ? lo + T.block : n;
+        /* first pass without branches: clamp into range (NaN too), flag what to redo */
+        int redo = 0;
+        for (int64_t i = lo; i < hi; i++) {
+            float v = x[i];
+            float w = v > T.exp_tiny ? v : T.exp_tiny;
+            w = w < T.exp_huge ? w : T.exp_huge;
+            int ok;
+            out[i] = mj_exp_elem(w, &T, &ok);
+            redo |= (!ok) | (w != v);
+        }
+        if (redo)
+            for (int64_t i = lo; i < hi; i++) undecided += mj_expf_slot(x, out, i, &T);
+    }
+    return undecided;
+}
+
+static inline int64_t mj_logf_slot(const float *x, float *out, int64_t i, const mj_crmath_tab *T) {
+    uint32_t u = mj_bits_at(x, i);
+    if (u == 0 || u >= T->pos_inf_bits) { /* +0, +inf, NaN, or the sign bit set */
+        if ((u & 0x7FFFFFFF) > T->pos_inf_bits)
+            mj_put_bits(out, i, u | T->quiet_bit);
+        else if (u == T->pos_inf_bits)
+            mj_put_bits(out, i, T->pos_inf_bits);
+        else if ((u & 0x7FFFFFFF) == 0)
+            mj_put_bits(out, i, T->neg_inf_bits);
+        else
+            mj_put_bits(out, i, T->default_nan);
+        return 0;
+    }
+    int ok;
+    float a = mj_log_elem(u, T, &ok);
+    if (ok) {
+        out[i] = a;
+        return 0;
+    }
+    mj_put_bits(out, i, T->undecided);
+    return 1;
+}
+
+int64_t mj_logf(const float *x, float *out, int64_t n, const mj_crmath_tab *tab) {
+    const mj_crmath_tab T = *tab;
+    int64_t nblocks = (n + T.block - 1) / T.block;
+    int64_t undecided = 0;
+    #pragma omp parallel for schedule(static) reduction(+:undecided)
+    for (int64_t c = 0; c < nblocks; c++) {
+        int64_t lo = c * T.block;
+        int64_t hi = lo + T.block < n ? lo + T.block : n;
+        /* first pass: positive normal inputs only, no branches; the rest are redone */
+        int redo = 0;
+        for (int64_t i = lo; i < hi; i++) {
+            uint32_t u = mj_bits_at(x, i);
+            int special = (u < 0x800000) | (u >= T.pos_inf_bits);
+            uint32_t w = special ? T.one_bits : u;
+            int32_t m = (int32_t)((w & 0x7FFFFF) | 0x800000);
+            int32_t e = (int32_t)((w >> 23) & 0xFF) - 127;
+            int ok;
+            out[i] = mj_log_core(m, e, &T, &ok);
+            redo |= special | (!ok);
+        }
+        if (redo)
+            for (int64_t i = lo; i < hi; i++) undecided += mj_logf_slot(x, out, i, &T);
+    }
+    return undecided;
+}

@@ -1,0 +1,143 @@
+"""CUDA kernels for the correctly rounded expf and logf.
+
+The per-element arithmetic is `native/crmath.py`'s exp_elem/log_elem, compiled
+here with the CUDA primitives (libdevice `dadd_rn`/`dmul_rn`/`double2float_rn`
+on a GPU, numpy float64 on the simulator), so the CPU and GPU order of
+operations is one text and the UNDECIDED slots (the rounding test could not
+decide; the pattern 0x7FA00DAD) are the same slots as on the CPU. Kernels loop
+grid-stride over elements, one branchy pass; the undecided slots are counted on
+the host after the copy back (no atomics).
+
+Bit patterns travel as uint32 views of the same buffers (the input's, to quiet a
+NaN; the output's, to write inf, NaN and UNDECIDED patterns).
+
+Reproducibility: elementwise, no reductions, every float operation a libdevice
+`_rn` call (tests/test_ptx_lint.py checks the PTX: no fma, every op .rn), so
+no launch geometry reaches the bits.
+
+>>> import numpy as np
+>>> from mojolike import registry
+>>> k = registry.kernels("example", "crmath", "cuda-sim")  # a worker process unless this one simulates
+>>> out = np.empty(3, np.float32)
+>>> int(k.expf_into(np.float32([0.0, 1.0, np.nan]), out)), out.tolist()  # (undecided count, out)
+(0, [1.0, 2.7182817459106445, nan])
+>>> int(k.logf_into(np.float32([1.0, 2.0, -1.0]), out)), out.view(np.uint32).tolist()[1:]
+(0, [1060205080, 2143289344])
+"""
+from __future__ import annotations
+
+import types as pytypes
+
+import numpy as np
+from numba import cuda, float32, uint32, void
+
+from .. import crmath as cpu
+from . import prims
+from .fold import _device_details
+
+THREADS = 32 if prims.SIMULATOR else 256
+# Grid-stride loops; the simulator (a Python thread per CUDA thread) gets one block.
+MAX_BLOCKS = 1 if prims.SIMULATOR else 65535
+UNDECIDED = cpu.UNDECIDED
+QUIET_BIT = cpu.QUIET_BIT
+DEFAULT_NAN = cpu.DEFAULT_NAN
+POS_INF_BITS = cpu.POS_INF_BITS
+NEG_INF_BITS = cpu.NEG_INF_BITS
+EXP_HUGE = cpu.EXP_HUGE
+EXP_TINY = cpu.EXP_TINY
+
+
+def bind(fn):
+    """`fn` with the primitive names resolved to this target's primitives."""
+    env = dict(fn.__globals__, **{name: getattr(prims, name) for name in cpu.PRIMITIVES})
+    bound = pytypes.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)
+    if prims.SIMULATOR:
+        return bound  # plain Python: it calls no CUDA API, and skips the simulator's wrapper
+    return cuda.jit(device=True, inline="always")(bound)
+
+
+exp_elem = bind(cpu.exp_elem)
+log_elem = bind(cpu.log_elem)
+
+
+def expf_kernel(x, xb, out, ob):
+    """out[i] = expf(x[i]); xb, ob: uint32 views of x, out."""
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        v = x[i]
+        if v != v:
+            ob[i] = xb[i] | QUIET_BIT
+        elif v >= EXP_HUGE:
+            ob[i] = POS_INF_BITS
+        elif v <= EXP_TINY:
+            ob[i] = 0
+        else:
+            a, ok = exp_elem(v)
+            if ok:
+                out[i] = a
+            else:
+                ob[i] = UNDECIDED
+
+
+def logf_kernel(xb, out, ob):
+    """out[i] = logf of the binary32 value with pattern xb[i]; ob: uint32 view of out."""
+    for i in range(cuda.grid(1), xb.size, cuda.gridsize(1)):
+        u = np.int64(xb[i])
+        if u == 0 or u >= POS_INF_BITS:  # +0, +inf, NaN, or the sign bit set
+            if (u & 0x7FFFFFFF) > POS_INF_BITS:
+                ob[i] = u | QUIET_BIT
+            elif u == POS_INF_BITS:
+                ob[i] = POS_INF_BITS
+            elif (u & 0x7FFFFFFF) == 0:
+                ob[i] = NEG_INF_BITS
+            else:
+                ob[i] = DEFAULT_NAN
+        else:
+            a, ok = log_elem(u)
+            if ok:
+                out[i] = a
+            else:
+                ob[i] = UNDECIDED
+
+
+F32_1D = float32[::1]
+U32_1D = uint32[::1]
+KERNELS = {
+    "expf": (expf_kernel, void(F32_1D, U32_1D, F32_1D, U32_1D)),
+    "logf": (logf_kernel, void(U32_1D, F32_1D, U32_1D)),
+}
+
+
+class CudaCrmath:
+    """expf/logf on an NVIDIA GPU (or the simulator); x and out are flat float32 numpy arrays."""
+
+    WRITES = {"expf_into": (1,), "logf_into": (1,)}  # argument positions each method writes
+
+    def __init__(self, mode: str):
+        self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"
+        self.numeric_mode = mode  # every mode runs the rn kernels
+        self._k = {name: cuda.jit(sig, cache=False)(fn) for name, (fn, sig) in KERNELS.items()}
+        self.details = _device_details()
+
+    def _run(self, name: str, x, out) -> int:
+        n = out.size
+        if n == 0:
+            return 0
+        dx = cuda.to_device(x)
+        dout = cuda.device_array(n, np.float32)
+        blocks = max(1, min(MAX_BLOCKS, (n + THREADS - 1) // THREADS))
+        args = (dx, dx.view(np.uint32), dout, dout.view(np.uint32))
+        self._k[name][blocks, THREADS](*(args if name == "expf" else args[1:]))
+        dout.copy_to_host(out)
+        return int(np.count_nonzero(out.view(np.uint32) == UNDECIDED))
+
+    def expf_into(self, x, out) -> int:
+        """Write expf(x) into out (flat float32); returns the number of UNDECIDED slots."""
+        return self._run("expf", x, out)
+
+    def logf_into(self, x, out) -> int:
+        """Write logf(x) into out; returns the number of UNDECIDED slots."""
+        return self._run("logf", x, out)
+
+
+def load(mode: str, backend: str = "cuda") -> CudaCrmath:
+    return CudaCrmath(mode)
