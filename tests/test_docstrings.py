@@ -13,7 +13,9 @@ MODULES = [
     "mojolike.native.c.fold", "mojolike.native.c.optim", "mojolike.native.c.crmath",
     "mojolike.native.cuda.crmath", "mojolike.contracts.casegen",
     "mojolike.contracts.cardformat", "mojolike.contracts.fold", "mojolike.contracts.optim",
-    "mojolike.contracts.harness",
+    "mojolike.contracts.harness", "mojolike._crmath", "mojolike.math", "mojolike._loss",
+    "mojolike.oracles.crmath", "mojolike.oracles.loss", "mojolike.native.crmath",
+    "mojolike.contracts.crmath", "mojolike.contracts.loss",
 ]
 
 
