@@ -278,12 +278,17 @@ class NumbaCrmath(NumbaThreads):
         self.details = {"numba": numba.__version__, "threads": numba.get_num_threads()}
 
     def expf_into(self, x, out) -> int:
-        """Write expf(x) into out (flat float32); returns the number of UNDECIDED slots."""
+        """Write expf(x) into out; returns the number of UNDECIDED slots.
+
+        x and out are flat float32 arrays of one size that must not overlap (the
+        second pass rereads x); the public API always passes a fresh out.
+        """
         return int(_expf(x, x.view(np.uint32), out, out.view(np.uint32)))
 
     def logf_into(self, x, out) -> int:
         """Write logf(x) into out; returns the number of UNDECIDED slots."""
         return int(_logf(x.view(np.uint32), out, out.view(np.uint32)))
+
 
 def load(mode: str, backend: str = "cpu-numba") -> NumbaCrmath:
     return NumbaCrmath(mode)
