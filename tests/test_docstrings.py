@@ -15,7 +15,8 @@ MODULES = [
     "mojolike.contracts.cardformat", "mojolike.contracts.fold", "mojolike.contracts.optim",
     "mojolike.contracts.harness", "mojolike._crmath", "mojolike.math", "mojolike._loss",
     "mojolike.oracles.crmath", "mojolike.oracles.loss", "mojolike.native.crmath",
-    "mojolike.contracts.crmath", "mojolike.contracts.loss",
+    "mojolike.contracts.crmath", "mojolike.contracts.loss", "mojolike.native.loss",
+    "mojolike.native.c.loss", "mojolike.native.cuda.loss",
 ]
 
 

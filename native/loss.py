@@ -1,0 +1,206 @@
+"""numba CPU kernel for cross-entropy over class indices (contracts/loss.md).
+
+Parallel over rows (prange); a row is one serial pass per step of the contract:
+
+1. mx = max_j z_j (32 lane maxima, exact in any order);
+2. e_j = expf(z_j - mx), computed chunk by chunk into a 1024-slot buffer (or the
+   gradient row, which keeps e_j for the backward) with a branch-free loop, then
+   folded with the 32-lane loop of the fold tree; S = pairwise over the chunk
+   partials (native/fold.py's `_pairwise`), L = logf(S);
+3. with smoothing, A = fold_j(L - (z_j - mx)), the differences recomputed;
+4. with the gradient, grad_j = (e_j / S - q_j) * g in place.
+
+expf/logf are native/crmath.py's `exp_elem`/`log_elem` (binary64 with a rounding
+test). A row with an undecided value gets status 1 and the caller redoes it
+exactly; its outputs are then unspecified.
+
+Reproducibility: each row is computed by one thread and no float reduction
+crosses rows, so the thread count never reaches the bits; every reduction inside
+a row is the fold tree, whose shape depends on V alone.
+
+>>> import numpy as np
+>>> z = np.float32([[0.0, 0.0]])
+>>> rows, status = np.empty(1, np.float32), np.empty(1, np.int32)
+>>> k = load("identical")
+>>> k.cross_entropy_into(z, np.int64([0]), -100, np.float32(1), np.float32(0), np.float32(1),
+...                      False, np.float32(1), False, np.zeros((1, 1), np.float32), rows, status)
+0
+>>> rows.tolist(), status.tolist()   # ln 2
+([0.6931471824645996], [0])
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import boolean, float32, int32, int64, njit, prange, types
+
+from . import fold
+from .crmath import EXP_TINY, _exp_elem, _log_elem
+from .fold import NEG_ZERO, _butterfly, _pairwise
+from ..oracles.fold import CHUNK, LANES
+
+ZERO = np.float32(0.0)
+TASK_ELEMENTS = 32768  # a parallel task takes whole rows, about this many elements (at least one row)
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+_STRICT = dict(cache=True, error_model="numpy")  # fastmath off: no contraction, no reassociation
+Z2 = types.Array(float32, 2, "C", readonly=True)
+T1 = types.Array(int64, 1, "C", readonly=True)
+F32_1D = float32[::1]
+
+
+@njit(float32(Z2, int64, float32[::1]), inline="always", **_STRICT)
+def _row_max(z, r, acc):
+    """max_j z[r, j] through 32 lane maxima (exact, so the order is free; it vectorizes)."""
+    v = z.shape[1]
+    acc[:] = z[r, 0]
+    full = v - v % LANES
+    for b in range(0, full, LANES):
+        for j in range(LANES):
+            x = z[r, b + j]
+            acc[j] = x if x > acc[j] else acc[j]
+    for k in range(full, v):
+        x = z[r, k]
+        acc[0] = x if x > acc[0] else acc[0]
+    mx = acc[0]
+    for j in range(1, LANES):
+        mx = acc[j] if acc[j] > mx else mx
+    return mx
+
+
+@njit(float32(F32_1D, int64, int64, float32[::1]), inline="always", **_STRICT)
+def _chunk_partial(src, off, m, acc):
+    """The fold tree's partial of the chunk src[off:off+m] (m <= 1024)."""
+    acc[:] = NEG_ZERO
+    if m == CHUNK:
+        for i in range(LANES):
+            row = off + i * LANES
+            for j in range(LANES):
+                acc[j] = acc[j] + src[row + j]
+    else:  # the short last chunk: padded slots add -0.0, so skip them
+        for k in range(m):
+            acc[k & (LANES - 1)] = acc[k & (LANES - 1)] + src[off + k]
+    _butterfly(acc)
+    return acc[0]
+
+
+@njit(int64(Z2, int64, int64, int64, float32, F32_1D, int64), inline="always", **_STRICT)
+def _exp_chunk(z, r, base, m, mx, dst, doff):
+    """dst[doff + k] = expf(z[r, base + k] - mx) for k < m; returns how many were undecided.
+
+    Branch-free so that it vectorizes: d <= EXP_TINY (expf = +0) is clamped into
+    exp_elem's domain and its result replaced by +0 afterwards.
+    """
+    bad = 0
+    for k in range(m):
+        d = z[r, base + k] - mx
+        keep = d > EXP_TINY
+        w = d if keep else EXP_TINY
+        a, ok = _exp_elem(w)
+        dst[doff + k] = a if keep else ZERO
+        bad += keep and not ok
+    return bad
+
+
+@njit(int64(Z2, T1, int64, float32, float32, float32, boolean, float32, boolean,
+            float32[:, ::1], F32_1D, int32[::1], int64), parallel=True, **_STRICT)
+def _cross_entropy(z, t, ignore_index, c1, c2, qt, smoothing, g, want_grad, grad, rows, status,
+                   per_task):
+    n, v = z.shape
+    nchunks = (v + CHUNK - 1) // CHUNK
+    ntasks = (n + per_task - 1) // per_task
+    counts = np.zeros(ntasks, np.int64)
+    for task in prange(ntasks):
+        acc = np.empty(LANES, np.float32)
+        partials = np.empty(nchunks, np.float32)
+        ebuf = np.empty(CHUNK, np.float32)
+        sbits = np.empty(1, np.float32)
+        undecided = 0
+        for r in range(task * per_task, min(task * per_task + per_task, n)):
+            ti = t[r]
+            status[r] = 0
+            if ti == ignore_index:
+                rows[r] = ZERO
+                if want_grad:
+                    grad[r, :] = ZERO
+                continue
+            mx = _row_max(z, r, acc)
+            # S = fold_j expf(z_j - mx); e_j kept in the gradient row when it is wanted
+            dst = grad[r] if want_grad else ebuf
+            bad = 0
+            for c in range(nchunks):
+                base = c * CHUNK
+                m = min(CHUNK, v - base)
+                doff = base if want_grad else 0
+                bad += _exp_chunk(z, r, base, m, mx, dst, doff)
+                partials[c] = _chunk_partial(dst, doff, m, acc)
+            s = _pairwise(partials)
+            sbits[0] = s
+            lg, ok = _log_elem(np.int64(sbits.view(np.uint32)[0]))
+            if bad or not ok:
+                status[r] = 1
+                undecided += 1
+                continue
+            dt = z[r, ti] - mx
+            nll = lg - dt
+            if smoothing:
+                # A = fold_j (L - d_j), d_j recomputed
+                for c in range(nchunks):
+                    base = c * CHUNK
+                    m = min(CHUNK, v - base)
+                    acc[:] = NEG_ZERO
+                    for k in range(m):
+                        d = z[r, base + k] - mx
+                        y = lg - d
+                        acc[k & (LANES - 1)] = acc[k & (LANES - 1)] + y
+                    _butterfly(acc)
+                    partials[c] = acc[0]
+                a = _pairwise(partials)
+                u = c1 * nll
+                w = c2 * a
+                rows[r] = u + w
+            else:
+                rows[r] = nll
+            if want_grad:
+                et = dst[ti]
+                for k in range(v):
+                    p = dst[k] / s
+                    q = p - c2
+                    dst[k] = q * g
+                p = et / s
+                q = p - qt
+                dst[ti] = q * g
+        counts[task] = undecided
+    return counts.sum()  # integers: the order cannot matter
+
+
+class NumbaLoss(fold.NumbaThreads):
+    """Cross-entropy on the CPU with numba, parallel over rows (see `cross_entropy_into`)."""
+
+    backend = "cpu-numba"
+    WRITES = {"cross_entropy_into": (9, 10, 11)}  # argument positions the method writes
+
+    def __init__(self, mode: str):
+        self.numeric_mode = mode  # every mode runs the identical kernel: it keeps the stronger promise
+        self.details = {"numba": numba.__version__, "threads": numba.get_num_threads()}
+
+    def cross_entropy_into(self, logits, targets, ignore_index, c1, c2, qt, smoothing, g, want_grad,
+                           grad, rows, status) -> int:
+        """Per-row losses into rows (and the gradient into grad when want_grad).
+
+        status[i] = 1 marks a row with an undecided expf/logf (its outputs are then
+        unspecified); returns the number of such rows.
+        """
+        ignore = int(ignore_index)
+        if not INT64_MIN <= ignore <= INT64_MAX:
+            ignore = -1  # no int64 target can equal it; targets are validated to [0, V)
+        n, v = logits.shape
+        # whole rows per task, enough tasks to balance the threads: no bit depends on it
+        per_task = max(1, min(-(-n // (4 * numba.get_num_threads())), TASK_ELEMENTS // v))
+        return int(_cross_entropy(logits, targets, ignore, np.float32(c1), np.float32(c2),
+                                  np.float32(qt), bool(smoothing), np.float32(g), bool(want_grad),
+                                  grad, rows, status, per_task))
+
+
+def load(mode: str, backend: str = "cpu-numba") -> NumbaLoss:
+    return NumbaLoss(mode)
