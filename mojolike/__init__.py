@@ -13,13 +13,15 @@ from ._fold import dot, fold, sumsq
 from ._loss import cross_entropy
 from ._optim import (SGD, Adam, AdamW, accumulate_grads, accumulation_is_aligned, clip_grad_norm_,
                      load_state, save_state)
+from ._schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR
 from .registry import backend_used, backends, numeric_mode_used
 from .refusals import BackendUnavailable, Refusal
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "SGD", "Adam", "AdamW", "BackendUnavailable", "Refusal", "accumulate_grads",
-    "accumulation_is_aligned", "backend_used", "backends", "clip_grad_norm_", "cross_entropy", "dot",
-    "fold", "load_state", "math", "numeric_mode_used", "save_state", "sumsq",
+    "SGD", "Adam", "AdamW", "BackendUnavailable", "ConstantLR", "Refusal",
+    "WarmupCosineLR", "WarmupLinearLR", "accumulate_grads", "accumulation_is_aligned",
+    "backend_used", "backends", "clip_grad_norm_", "cross_entropy", "dot", "fold", "load_state",
+    "math", "numeric_mode_used", "save_state", "sumsq",
 ]

@@ -66,6 +66,11 @@ _LOADERS = {
     ("loss", "cpu-cffi"): "mojolike.native.c.loss:load",
     ("loss", "cuda"): "mojolike.native.cuda.loss:load",
     ("loss", "cuda-sim"): "mojolike.native.cuda.loss:load",
+    ("schedule", "oracle"): "mojolike._schedule:oracle_kernels",
+    ("schedule", "cpu-numba"): "mojolike.native.schedule:load",
+    ("schedule", "cpu-cffi"): "mojolike.native.c.schedule:load",
+    ("schedule", "cuda"): "mojolike.native.cuda.schedule:load",
+    ("schedule", "cuda-sim"): "mojolike.native.cuda.schedule:load",
 }
 
 

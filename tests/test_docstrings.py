@@ -16,7 +16,9 @@ MODULES = [
     "mojolike.contracts.harness", "mojolike._crmath", "mojolike.math", "mojolike._loss",
     "mojolike.oracles.crmath", "mojolike.oracles.loss", "mojolike.native.crmath",
     "mojolike.contracts.crmath", "mojolike.contracts.loss", "mojolike.native.loss",
-    "mojolike.native.c.loss", "mojolike.native.cuda.loss",
+    "mojolike.native.c.loss", "mojolike.native.cuda.loss", "mojolike._schedule",
+    "mojolike.oracles.schedule", "mojolike.native.schedule", "mojolike.native.c.schedule",
+    "mojolike.native.cuda.schedule", "mojolike.contracts.schedule",
 ]
 
 

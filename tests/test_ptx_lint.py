@@ -45,9 +45,10 @@ def compile_ptx(fn, sig) -> str:
 
 
 def cuda_kernels():
-    from mojolike.native.cuda import crmath, fold, loss, optim
+    from mojolike.native.cuda import crmath, fold, loss, optim, schedule
     return [(f"{mod.__name__.rsplit('.', 1)[1]}.{name}", fn, sig)
-            for mod in (fold, optim, crmath, loss) for name, (fn, sig) in mod.KERNELS.items()]
+            for mod in (fold, optim, crmath, loss, schedule)
+            for name, (fn, sig) in mod.KERNELS.items()]
 
 
 @pytest.mark.parametrize("name,fn,sig", cuda_kernels(), ids=lambda v: v if isinstance(v, str) else "")

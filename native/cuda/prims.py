@@ -8,11 +8,11 @@ operations, and the warp shuffle (which the simulator lacks) is emulated through
 shared memory with the same semantics: lanes whose source is past lane 31 get
 their own value back.
 
-The binary64 primitives `dadd`, `dsub`, `dmul`, `narrow` (binary64 -> binary32,
-to nearest) and `widen` (exact) serve the correctly rounded exp/log kernels the
-same way: libdevice `dadd_rn`/`dmul_rn`/`double2float_rn` on a GPU (there is no
-`dsub_rn`: a - b is `dadd_rn(a, -b)`, the negation being exact), numpy float64
-under the simulator.
+The binary64 primitives `dadd`, `dsub`, `dmul`, `ddiv`, `narrow` (binary64 ->
+binary32, to nearest) and `widen` (exact) serve the correctly rounded exp/log and
+the schedule kernels the same way: libdevice `dadd_rn`/`dmul_rn`/`ddiv_rn`/
+`double2float_rn` on a GPU (there is no `dsub_rn`: a - b is `dadd_rn(a, -b)`, the
+negation being exact), numpy float64 under the simulator.
 
 Kernels call these names and nothing else for float arithmetic, so one kernel
 source serves both targets.
@@ -69,6 +69,10 @@ if SIMULATOR:
     def dmul(a, b):
         with np.errstate(all="ignore"):
             return _f64(_f64(a) * _f64(b))
+
+    def ddiv(a, b):
+        with np.errstate(all="ignore"):
+            return _f64(_f64(a) / _f64(b))
 
     def narrow(a):
         with np.errstate(all="ignore"):  # beyond the binary32 range: inf, as on the GPU
@@ -130,6 +134,10 @@ else:
     @cuda.jit(device=True, inline="always")
     def dmul(a, b):
         return libdevice.dmul_rn(a, b)
+
+    @cuda.jit(device=True, inline="always")
+    def ddiv(a, b):
+        return libdevice.ddiv_rn(a, b)
 
     @cuda.jit(device=True, inline="always")
     def narrow(a):
