@@ -1,4 +1,4 @@
-"""Every binary32 input of expf and logf: cpu-numba against independent evaluations.
+"""Every binary32 input of expf, logf, sinpif and cospif: cpu-numba against independent evaluations.
 
 For each of the 2^32 bit patterns, the cpu-numba result (undecided slots finished
 by the oracle, as `mojolike.math` does) is compared with
@@ -6,13 +6,24 @@ by the oracle, as `mojolike.math` does) is compared with
   2. a check through numpy's binary64 exp/log (libm-class accuracy, a different
      algorithm): its value z is rounded with the same kind of test, taking the
      binary64 error as at most 2^-50 |z| (a few ulps); where that test cannot
-     decide, the check abstains.
+     decide, the check abstains. For sinpif/cospif, np.sin(np.pi * x) would be
+     wrong for large x (pi x rounds, and a rounding of pi x is a large error in
+     the angle), so x is reduced exactly first: |x| = n/2 + r in binary64 with
+     n = rint(2|x|) and |r| <= 1/4 (exact for every binary32 x), then z is
+     +-np.sin(np.pi * r) or +-np.cos(np.pi * r) as n mod 4 says, and the sign of x
+     for sinpif. np.pi * r is within 2^-52 of pi r relatively, which moves
+     sin(pi r) by at most that much relatively and cos(pi r) by less (|pi r| <= pi/4),
+     so with libm's sin/cos z is within a few ulps of the value relative to it:
+     the zeros of sin(pi x) and cos(pi x) all lie at r = 0, where r itself carries
+     the smallness exactly. The check takes 2^-48 |z| there and abstains where the
+     test cannot decide; at r = 0 (x a multiple of 1/2, every |x| >= 2^22) it gives
+     the exact 0 or +-1 of the contract directly, signed zeros included.
 Wherever cpu-numba disagrees with either, or the check abstains, the exact oracle
 (`oracles/crmath.py`) decides, and a disagreement with the oracle is a mismatch.
 NaN results are compared by pattern (the contract fixes their payloads).
 
-Run: python benchmarks/crmath_exhaustive.py [--functions expf,logf] [--blocks N]
-(N blocks of 2^24 inputs from 0; the full run is 256 blocks; ~10 min on 2 cores).
+Run: python benchmarks/crmath_exhaustive.py [--functions expf,logf,sinpif,cospif] [--blocks N]
+(N blocks of 2^24 inputs from 0; the full run is 256 blocks; ~5 min a function on 2 cores).
 The summary goes to stdout and, with --json PATH, to a file.
 """
 from __future__ import annotations
@@ -31,19 +42,47 @@ from mojolike.oracles import crmath as spec
 
 BLOCK = 1 << 24
 SLACK = 2.0 ** -50
+SLACK_PI = 2.0 ** -48
 NUMPY_F64 = {"expf": np.exp, "logf": np.log}
-ORACLE = {"expf": spec.expf_bits, "logf": spec.logf_bits}
+ORACLE = {"expf": spec.expf_bits, "logf": spec.logf_bits, "sinpif": spec.sinpif_bits,
+          "cospif": spec.cospif_bits}
+
+
+def pi_check(name: str, x: np.ndarray):
+    """(z, exact): the binary64 sin(pi x) or cos(pi x) after an exact reduction, and the
+    mask of multiples of 1/2, where z is the contract's exact value (signed zeros kept)."""
+    with np.errstate(all="ignore"):
+        xd = x.astype(np.float64)
+        a = np.abs(xd)
+        n = np.rint(2.0 * a)  # exact: 2a is a binary64 value, rint an integer one
+        r = a - 0.5 * n  # exact for binary32 x: |x| = n/2 + r, |r| <= 1/4
+        q = np.fmod(n, 4.0)  # exact; NaN and inf give NaN, which the caller overrides
+        s = np.sin(np.pi * r)
+        c = np.cos(np.pi * r)
+        if name == "sinpif":  # sin(pi (n/2 + r)) = s, c, -s, -c
+            z = np.where(q == 0, s, np.where(q == 1, c, np.where(q == 2, -s, -c)))
+            z = np.where(r == 0, np.where(q == 1, 1.0, np.where(q == 3, -1.0, 0.0)), z)
+            z = np.where(np.signbit(xd), -z, z)  # odd: every zero takes the sign of x
+        else:  # cos(pi (n/2 + r)) = c, -s, -c, s; never -0
+            z = np.where(q == 0, c, np.where(q == 1, -s, np.where(q == 2, -c, s)))
+            z = np.where(r == 0, np.where(q == 0, 1.0, np.where(q == 2, -1.0, 0.0)), z)
+    return z, r == 0
 
 
 def check_bits(name: str, x: np.ndarray):
     """(bits, decided): the binary64 check rounded to binary32 where it can decide."""
+    exact = np.zeros(x.shape, bool)
     with np.errstate(all="ignore"):
-        z = NUMPY_F64[name](x.astype(np.float64))
-        e = np.where(np.isinf(z), 0.0, np.abs(z) * SLACK)  # inf - inf would be NaN
+        if name in ("sinpif", "cospif"):
+            z, exact = pi_check(name, x)
+            e = np.abs(z) * SLACK_PI
+        else:
+            z = NUMPY_F64[name](x.astype(np.float64))
+            e = np.where(np.isinf(z), 0.0, np.abs(z) * SLACK)  # inf - inf would be NaN
         lo = (z - e).astype(np.float32)
         hi = (z + e).astype(np.float32)
-    decided = lo.view(np.uint32) == hi.view(np.uint32)
-    bits = lo.view(np.uint32).copy()
+    decided = (lo.view(np.uint32) == hi.view(np.uint32)) | exact
+    bits = np.where(exact, z.astype(np.float32).view(np.uint32), lo.view(np.uint32))
     # the contract's NaN patterns: a NaN input is quieted, logf(x < 0) is the default NaN
     xb = x.view(np.uint32)
     nan_in = np.isnan(x)
@@ -52,6 +91,10 @@ def check_bits(name: str, x: np.ndarray):
         neg = ~nan_in & (xb >= 0x80000000) & ((xb & 0x7FFFFFFF) != 0)
         bits[neg] = spec.DEFAULT_NAN_BITS
         decided |= neg
+    if name in ("sinpif", "cospif"):
+        inf = np.isinf(x)
+        bits[inf] = spec.DEFAULT_NAN_BITS
+        decided |= inf
     decided |= nan_in
     return bits, decided
 

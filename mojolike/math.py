@@ -1,4 +1,4 @@
-"""Correctly rounded binary32 elementary functions: `expf`, `logf`.
+"""Correctly rounded binary32 elementary functions: `expf`, `logf`, `sinpif`, `cospif`.
 
 Each result is the float32 nearest the exact real value, so it is the same on
 every backend, vendor and thread count (contracts/crmath.md).
@@ -9,7 +9,12 @@ every backend, vendor and thread count (contracts/crmath.md).
 [2.7182817459106445]
 >>> logf(expf(np.float32([0.5]), backend="oracle"), backend="oracle").tolist()
 [0.4999999701976776]
+>>> from mojolike.math import sinpif, cospif
+>>> sinpif(np.float32([1/6]), backend="oracle").tolist()   # sin(pi x) of the float32 nearest 1/6
+[0.5]
+>>> cospif(np.float32([0.5, 2.0**24]), backend="oracle").tolist()
+[0.0, 1.0]
 """
-from ._crmath import expf, logf
+from ._crmath import cospif, expf, logf, sinpif
 
-__all__ = ["expf", "logf"]
+__all__ = ["expf", "logf", "sinpif", "cospif"]

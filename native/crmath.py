@@ -1,4 +1,4 @@
-"""numba CPU kernels for the correctly rounded expf and logf.
+"""numba CPU kernels for the correctly rounded expf, logf, sinpif and cospif.
 
 Each value is computed in binary64 with + - * only, then rounded to binary32 with
 a test: the computed y is within 2^-50 |y| of the exact value (the error budget
@@ -7,11 +7,14 @@ same binary32 value, so does the exact value. An element the test cannot decide
 gets the pattern UNDECIDED (a signalling NaN, which no other path writes) and is
 counted; the caller gives those elements the oracle's exact answer.
 
-`exp_elem` and `log_elem` are written once in terms of the primitives
-dadd/dsub/dmul/narrow; `native/cuda/crmath.py` compiles the same source with
-libdevice `d*_rn`, and the C kernels in `native/c/crmath.c` are the second
-spelling. The tables come from `oracles/crmath.kernel_tables()`, each entry the
-binary64 value nearest its exact value.
+`exp_elem`, `log_elem`, `sinpi_elem` and `cospi_elem` are written once in terms of
+the primitives dadd/dsub/dmul/narrow/widen; `native/cuda/crmath.py` compiles the
+same source with libdevice `d*_rn`, and the C kernels in `native/c/crmath.c` are
+the second spelling. The tables and coefficients come from
+`oracles/crmath.kernel_tables()`, each entry the binary64 value nearest its exact
+value. sin(pi x) and cos(pi x) reduce |x| = n/2 + r exactly (|r| <= 1/4) and
+evaluate both Taylor polynomials, sin(pi r) and cos(pi r), for every element, so
+that the first pass over a block has no branch and vectorizes; n mod 4 selects.
 
 Reproducibility: elementwise, so the thread count cannot reach the bits; the
 decided result is the exact value rounded, so it cannot depend on the backend.
@@ -20,6 +23,8 @@ decided result is the exact value rounded, so it cannot depend on the backend.
 >>> out = np.empty(2, np.float32)
 >>> load("identical").expf_into(np.float32([0.0, 1.0]), out), out.tolist()
 (0, [1.0, 2.7182817459106445])
+>>> load("identical").sinpif_into(np.float32([-2.0, 0.25]), out), out.tolist()
+(0, [-0.0, 0.7071067690849304])
 """
 from __future__ import annotations
 
@@ -69,6 +74,15 @@ TWO_M24 = np.float64(2.0 ** -24)
 # 1/n! (exp) and (-1)^(n+1)/n (log1p), each the nearest binary64
 E2, E3, E4, E5, E6 = (np.float64(1 / f) for f in (2, 6, 24, 120, 720))
 L2, L3, L4, L5, L6, L7, L8 = (np.float64((-1) ** (n + 1) / n) for n in range(2, 9))
+# sin(pi r) = r (S0 + S1 r^2 + ... + S8 r^16), cos(pi r) = 1 + C1 r^2 + ... + C8 r^16:
+# S_k = (-1)^k pi^(2k+1)/(2k+1)!, C_k = (-1)^k pi^(2k)/(2k)!, each the nearest binary64
+S0, S1, S2, S3, S4, S5, S6, S7, S8 = (np.float64(v) for v in _T["sinpi"])
+C1, C2, C3, C4, C5, C6, C7, C8 = (np.float64(v) for v in _T["cospi"][1:])
+ZERO = np.float64(0.0)
+HALF = np.float64(0.5)
+MINUS_ONE = np.float64(-1.0)
+TRIG_BIG = np.float32(2.0 ** 24)  # |x| >= 2^24 is an even integer: clamped to +-2^24, same result
+TRIG_INF = np.float32(np.inf)
 
 
 def exp_elem(x):
@@ -157,8 +171,122 @@ def log_elem(u):
     return a, a == b
 
 
+def sinpi_elem(x):
+    """(a, decided): a = binary32 sin(pi x) when decided, for finite |x| <= 2^24."""
+    xd = widen(x)
+    sg = MINUS_ONE if xd < ZERO else ONE  # sin(pi x) is odd; -0 keeps sg = 1 (and r = -0)
+    ax = dmul(xd, sg)  # |x|, exact
+    t = dadd(ax, ax)  # exact
+    t = dadd(t, SHIFTER)
+    nd = dsub(t, SHIFTER)  # n = round(2|x|), ties to even
+    n = int(nd)
+    r = dsub(ax, dmul(nd, HALF))  # exact: |x| = n/2 + r, |r| <= 1/4
+    r2 = dmul(r, r)
+    # s = sin(pi r) = r (S0 + r2 (S1 + r2 (S2 + ... + r2 S8)))
+    h = dmul(r2, S8)
+    h = dadd(h, S7)
+    h = dmul(r2, h)
+    h = dadd(h, S6)
+    h = dmul(r2, h)
+    h = dadd(h, S5)
+    h = dmul(r2, h)
+    h = dadd(h, S4)
+    h = dmul(r2, h)
+    h = dadd(h, S3)
+    h = dmul(r2, h)
+    h = dadd(h, S2)
+    h = dmul(r2, h)
+    h = dadd(h, S1)
+    h = dmul(r2, h)
+    h = dadd(h, S0)
+    s = dmul(r, h)
+    # c = cos(pi r) = 1 + r2 (C1 + r2 (C2 + ... + r2 C8))
+    g = dmul(r2, C8)
+    g = dadd(g, C7)
+    g = dmul(r2, g)
+    g = dadd(g, C6)
+    g = dmul(r2, g)
+    g = dadd(g, C5)
+    g = dmul(r2, g)
+    g = dadd(g, C4)
+    g = dmul(r2, g)
+    g = dadd(g, C3)
+    g = dmul(r2, g)
+    g = dadd(g, C2)
+    g = dmul(r2, g)
+    g = dadd(g, C1)
+    g = dmul(r2, g)
+    c = dadd(g, ONE)
+    # sin(pi (n/2 + r)) = s, c, -s, -c for n = 0, 1, 2, 3 mod 4; 0 - v negates exactly
+    # and turns the +0 of an integer x into +0, so that the sign of x alone signs a zero
+    v = c if n & 1 else s
+    v = dsub(ZERO, v) if n & 2 else v
+    y = dmul(v, sg)
+    eb = dmul(y, ERR)
+    eb = eb if eb > ZERO else dsub(ZERO, eb)  # |eb|, +0 for a zero y
+    a = narrow(dsub(y, eb))
+    b = narrow(dadd(y, eb))
+    return a, a == b
+
+
+def cospi_elem(x):
+    """(a, decided): a = binary32 cos(pi x) when decided, for finite |x| <= 2^24."""
+    xd = widen(x)
+    sg = MINUS_ONE if xd < ZERO else ONE  # cos(pi x) is even
+    ax = dmul(xd, sg)  # |x|, exact
+    t = dadd(ax, ax)  # exact
+    t = dadd(t, SHIFTER)
+    nd = dsub(t, SHIFTER)  # n = round(2|x|), ties to even
+    n = int(nd)
+    r = dsub(ax, dmul(nd, HALF))  # exact: |x| = n/2 + r, |r| <= 1/4
+    r2 = dmul(r, r)
+    h = dmul(r2, S8)
+    h = dadd(h, S7)
+    h = dmul(r2, h)
+    h = dadd(h, S6)
+    h = dmul(r2, h)
+    h = dadd(h, S5)
+    h = dmul(r2, h)
+    h = dadd(h, S4)
+    h = dmul(r2, h)
+    h = dadd(h, S3)
+    h = dmul(r2, h)
+    h = dadd(h, S2)
+    h = dmul(r2, h)
+    h = dadd(h, S1)
+    h = dmul(r2, h)
+    h = dadd(h, S0)
+    s = dmul(r, h)
+    g = dmul(r2, C8)
+    g = dadd(g, C7)
+    g = dmul(r2, g)
+    g = dadd(g, C6)
+    g = dmul(r2, g)
+    g = dadd(g, C5)
+    g = dmul(r2, g)
+    g = dadd(g, C4)
+    g = dmul(r2, g)
+    g = dadd(g, C3)
+    g = dmul(r2, g)
+    g = dadd(g, C2)
+    g = dmul(r2, g)
+    g = dadd(g, C1)
+    g = dmul(r2, g)
+    c = dadd(g, ONE)
+    # cos(pi (n/2 + r)) = c, -s, -c, s for n = 0, 1, 2, 3 mod 4 (never -0: s = +0 at r = 0)
+    v = s if n & 1 else c
+    y = dsub(ZERO, v) if (n + 1) & 2 else v
+    eb = dmul(y, ERR)
+    eb = eb if eb > ZERO else dsub(ZERO, eb)
+    a = narrow(dsub(y, eb))
+    b = narrow(dadd(y, eb))
+    return a, a == b
+
+
 _exp_elem = njit(inline="always", error_model="numpy")(exp_elem)
 _log_elem = njit(inline="always", error_model="numpy")(log_elem)
+_sinpi_elem = njit(inline="always", error_model="numpy")(sinpi_elem)
+_cospi_elem = njit(inline="always", error_model="numpy")(cospi_elem)
 
 IN = types.Array(float32, 1, "C", readonly=True)
 IN_BITS = types.Array(uint32, 1, "C", readonly=True)
@@ -267,11 +395,113 @@ def _logf(xb, out, ob):
     return counts.sum()
 
 
+@njit(inline="always", **_STRICT)
+def _pi_finite(v):
+    return (v > -TRIG_INF) & (v < TRIG_INF)
+
+
+@njit(inline="always", **_STRICT)
+def _pi_clamp(v):
+    """v clamped to [-2^24, 2^24] (NaN to -2^24): every |v| >= 2^24 is an even integer."""
+    w = v if v > -TRIG_BIG else -TRIG_BIG
+    return w if w < TRIG_BIG else TRIG_BIG
+
+
+@njit(inline="always", **_STRICT)
+def _sinpif_special(v, vb, out, ob, i):
+    """Slot i, branch by branch (NaN, inf, undecided); returns 1 if undecided."""
+    if v != v:
+        ob[i] = vb | QUIET_BIT
+        return 0
+    if not _pi_finite(v):
+        ob[i] = DEFAULT_NAN
+        return 0
+    a, ok = _sinpi_elem(_pi_clamp(v))
+    if ok:
+        out[i] = a
+        return 0
+    ob[i] = UNDECIDED
+    return 1
+
+
+@njit(inline="always", **_STRICT)
+def _cospif_special(v, vb, out, ob, i):
+    if v != v:
+        ob[i] = vb | QUIET_BIT
+        return 0
+    if not _pi_finite(v):
+        ob[i] = DEFAULT_NAN
+        return 0
+    a, ok = _cospi_elem(_pi_clamp(v))
+    if ok:
+        out[i] = a
+        return 0
+    ob[i] = UNDECIDED
+    return 1
+
+
+@njit(int64(IN, IN_BITS, OUT, OUT_BITS), parallel=True, **_STRICT)
+def _sinpif(x, xb, out, ob):
+    n = x.size
+    nblocks = (n + BLOCK - 1) // BLOCK
+    counts = np.zeros(nblocks, np.int64)
+    for c in prange(nblocks):
+        lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, n)
+        # first pass without branches: clamp (the result stays right for finite x), flag
+        # NaN and inf and the undecided
+        specials = 0
+        unsure = 0
+        for i in range(lo, hi):
+            v = x[i]
+            a, ok = _sinpi_elem(_pi_clamp(v))
+            out[i] = a
+            specials += not _pi_finite(v)
+            unsure += not ok
+        undecided = 0
+        if unsure:
+            for i in range(lo, hi):
+                undecided += _sinpif_special(x[i], xb[i], out, ob, i)
+        elif specials:
+            for i in range(lo, hi):
+                if not _pi_finite(x[i]):
+                    _sinpif_special(x[i], xb[i], out, ob, i)
+        counts[c] = undecided
+    return counts.sum()
+
+
+@njit(int64(IN, IN_BITS, OUT, OUT_BITS), parallel=True, **_STRICT)
+def _cospif(x, xb, out, ob):
+    n = x.size
+    nblocks = (n + BLOCK - 1) // BLOCK
+    counts = np.zeros(nblocks, np.int64)
+    for c in prange(nblocks):
+        lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, n)
+        specials = 0
+        unsure = 0
+        for i in range(lo, hi):
+            v = x[i]
+            a, ok = _cospi_elem(_pi_clamp(v))
+            out[i] = a
+            specials += not _pi_finite(v)
+            unsure += not ok
+        undecided = 0
+        if unsure:
+            for i in range(lo, hi):
+                undecided += _cospif_special(x[i], xb[i], out, ob, i)
+        elif specials:
+            for i in range(lo, hi):
+                if not _pi_finite(x[i]):
+                    _cospif_special(x[i], xb[i], out, ob, i)
+        counts[c] = undecided
+    return counts.sum()
+
+
 class NumbaCrmath(NumbaThreads):
-    """expf/logf on the CPU with numba, parallel over blocks of 4096 elements."""
+    """expf/logf/sinpif/cospif on the CPU with numba, parallel over blocks of 4096 elements."""
 
     backend = "cpu-numba"
-    WRITES = {"expf_into": (1,), "logf_into": (1,)}  # argument positions each method writes
+    WRITES = {"expf_into": (1,), "logf_into": (1,), "sinpif_into": (1,),
+              "cospif_into": (1,)}  # argument positions each method writes
 
     def __init__(self, mode: str):
         self.numeric_mode = mode
@@ -288,6 +518,14 @@ class NumbaCrmath(NumbaThreads):
     def logf_into(self, x, out) -> int:
         """Write logf(x) into out; returns the number of UNDECIDED slots."""
         return int(_logf(x.view(np.uint32), out, out.view(np.uint32)))
+
+    def sinpif_into(self, x, out) -> int:
+        """Write sinpif(x) into out; returns the number of UNDECIDED slots (x, out as expf_into)."""
+        return int(_sinpif(x, x.view(np.uint32), out, out.view(np.uint32)))
+
+    def cospif_into(self, x, out) -> int:
+        """Write cospif(x) into out; returns the number of UNDECIDED slots."""
+        return int(_cospif(x, x.view(np.uint32), out, out.view(np.uint32)))
 
 
 def load(mode: str, backend: str = "cpu-numba") -> NumbaCrmath:

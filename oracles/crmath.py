@@ -1,20 +1,29 @@
-"""Correctly rounded binary32 exp and log, decided exactly: the definition.
+"""Correctly rounded binary32 exp, log, sin(pi x) and cos(pi x), decided exactly: the definition.
 
-`expf(x)` and `logf(x)` return the binary32 value nearest the exact real value
-e^x / ln x (ties to even; a tie cannot occur except at the exact points handled
-first). Each is decided by rational interval arithmetic: the exact value is
-enclosed in [lo, hi] with integers scaled by 2^-P (every bound rounded outward),
-and when both ends round to the same binary32 value that value is the answer;
-otherwise P doubles. Nothing here uses floating-point arithmetic to compute a
-result: `ln 2` comes from the series 2*atanh(1/3), e^r from its Taylor series
-with a remainder bound, ln m from 2*atanh((m-1)/(m+1)).
+`expf(x)`, `logf(x)`, `sinpif(x)` and `cospif(x)` return the binary32 value
+nearest the exact real value e^x, ln x, sin(pi x), cos(pi x) (ties to even; a
+tie cannot occur except at the exact points handled first). Each is decided by
+rational interval arithmetic: the exact value is enclosed in [lo, hi] with
+integers scaled by 2^-P (every bound rounded outward), and when both ends round
+to the same binary32 value that value is the answer; otherwise P doubles.
+Nothing here uses floating-point arithmetic to compute a result: `ln 2` comes
+from the series 2*atanh(1/3), e^r from its Taylor series with a remainder bound,
+ln m from 2*atanh((m-1)/(m+1)), pi from Machin's formula
+(`oracles/schedule.pi_scaled`), sin and cos from their Taylor series with the
+remainder bounded by the first omitted term.
 
-Special values are C99's: expf(NaN) and logf(NaN) return the NaN quieted,
-expf(+inf) = +inf, expf(-inf) = +0, logf(+-0) = -inf, logf(x < 0) = the default
-NaN 0x7FC00000, logf(+inf) = +inf, logf(1) = +0, expf(+-0) = 1.
+Special values are C99's (C23's for sinpi/cospi): expf(NaN), logf(NaN),
+sinpif(NaN), cospif(NaN) return the NaN quieted, expf(+inf) = +inf,
+expf(-inf) = +0, logf(+-0) = -inf, logf(x < 0) = the default NaN 0x7FC00000,
+logf(+inf) = +inf, logf(1) = +0, expf(+-0) = 1; sinpif(+-inf) = cospif(+-inf) =
+0x7FC00000, sinpif(+-0) = +-0, sinpif(n) = +0 (n > 0) or -0 (n < 0) for an
+integer n, cospif(n + 1/2) = +0, cospif(n) = +-1. The multiples of 1/2 are the
+only binary32 inputs with a rational sin(pi x) or cos(pi x) (Niven), so they are
+exact and every other value is irrational, never a tie.
 
-The module also builds the tables the kernels use (2^(j/32), the log cells),
-each entry the binary64 value nearest its exact value, decided the same way.
+The module also builds the tables the kernels use (2^(j/32), the log cells, the
+Taylor coefficients of sin(pi r) and cos(pi r)), each entry the binary64 value
+nearest its exact value, decided the same way.
 
 Reproducibility: integers and `fractions.Fraction` only; the same on every
 platform CPython runs on.
@@ -23,6 +32,8 @@ platform CPython runs on.
 True
 >>> logf(2.0) == 0.6931471824645996
 True
+>>> sinpif(0.25) == 0.7071067690849304, cospif(0.5), sinpif(-2.0)
+(True, 0.0, -0.0)
 """
 from __future__ import annotations
 
@@ -31,6 +42,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from .f32 import bits_to_f32, f32_to_bits, round_fraction
+from .schedule import pi_scaled
 
 START_BITS = 96  # first working precision (bits after the binary point)
 MAX_BITS = 6144  # a value still undecided here raises rather than guesses
@@ -237,6 +249,139 @@ def logf(x: float) -> float:
     return bits_to_f32(logf_bits(f32_to_bits(x)))
 
 
+# -- sin(pi x) and cos(pi x) -----------------------------------------------------------
+
+TRIG_INTEGER = 2.0 ** 23  # every binary32 of this magnitude or more is an integer
+
+
+def _sin_scaled(t: int, q: int, upper: bool) -> int:
+    """A bound on sin(t 2^-q) 2^q for 0 <= t 2^-q <= 1: lower or upper.
+
+    The series t - t^3/3! + t^5/5! - ... alternates with falling terms, so the
+    remainder after a term is at most the first omitted term in magnitude.
+    """
+    t2, m_dn, m_up, total, k = t * t, t, t, 0, 0
+    while True:
+        if k % 2 == 0:
+            total += m_up if upper else m_dn
+        else:
+            total -= m_dn if upper else m_up
+        k += 1
+        div = (2 * k) * (2 * k + 1) << (2 * q)
+        m_dn, m_up = m_dn * t2 // div, _cdiv(m_up * t2, div)  # |term k|, rounded down / up
+        if m_up <= 1:
+            return total + m_up if upper else total - m_up
+
+
+def _cos_scaled(t: int, q: int, upper: bool) -> int:
+    """A bound on cos(t 2^-q) 2^q for 0 <= t 2^-q <= 1: lower or upper (as `_sin_scaled`)."""
+    t2, m_dn, m_up, total, k = t * t, 1 << q, 1 << q, 0, 0
+    while True:
+        if k % 2 == 0:
+            total += m_up if upper else m_dn
+        else:
+            total -= m_dn if upper else m_up
+        k += 1
+        div = (2 * k - 1) * (2 * k) << (2 * q)
+        m_dn, m_up = m_dn * t2 // div, _cdiv(m_up * t2, div)
+        if m_up <= 1:
+            return total + m_up if upper else total - m_up
+
+
+def _pi_reduce(x: float) -> tuple[int, Fraction]:
+    """(n, r) with x = n/2 + r exactly, n an integer and |r| <= 1/4."""
+    xf = Fraction(x)
+    n = (4 * xf.numerator + xf.denominator) // (2 * xf.denominator)  # floor(2x + 1/2)
+    return n, xf - Fraction(n, 2)
+
+
+def _pi_trig(x: float, cos: bool):
+    """(exact, enclose): the exact value of sin(pi x) (or cos) as a Fraction when it is
+    rational (x a multiple of 1/2; the sign of a zero is the caller's), else (None,
+    enclose) with enclose(p) -> (lo, hi, shift) as `_decide` takes it."""
+    n, r = _pi_reduce(x)
+    # sin(pi (n/2 + r)) = s, c, -s, -c and cos(pi (n/2 + r)) = c, -s, -c, s for n = 0..3 mod 4,
+    # with s = sin(pi r), c = cos(pi r)
+    q = (n + 1) % 4 if cos else n % 4
+    if r == 0:
+        return Fraction((0, 1, 0, -1)[q]), None
+    use_cos = q % 2 == 1
+    neg = q >= 2
+    a = abs(r)
+    if not use_cos and r < 0:  # sin is odd, cos even
+        neg = not neg
+    # sin(pi a) is about pi a: work with p + extra bits so that its relative width is 2^-p
+    extra = 0 if use_cos else max(0, a.denominator.bit_length() - a.numerator.bit_length())
+
+    def enclose(p: int):
+        w = p + extra
+        plo, phi = pi_scaled(w)
+        t_lo = plo * a.numerator // a.denominator  # pi a 2^w, rounded outward
+        t_hi = _cdiv(phi * a.numerator, a.denominator)
+        if use_cos:  # falling on [0, pi/4]
+            lo, hi = _cos_scaled(t_hi, w, False), _cos_scaled(t_lo, w, True)
+        else:  # rising on [0, pi/4]
+            lo, hi = _sin_scaled(t_lo, w, False), _sin_scaled(t_hi, w, True)
+        return (-hi, -lo, -extra) if neg else (lo, hi, -extra)
+
+    return None, enclose
+
+
+def sinpi_interval(x: float, p: int = 200) -> tuple[Fraction, Fraction]:
+    """Rationals [lo, hi] enclosing sin(pi x) (x finite), width about 2^-p |sin(pi x)|."""
+    exact, enclose = _pi_trig(x, False)
+    return (exact, exact) if enclose is None else _interval(enclose, p)
+
+
+def cospi_interval(x: float, p: int = 200) -> tuple[Fraction, Fraction]:
+    """Rationals [lo, hi] enclosing cos(pi x) (x finite), width about 2^-p |cos(pi x)|."""
+    exact, enclose = _pi_trig(x, True)
+    return (exact, exact) if enclose is None else _interval(enclose, p)
+
+
+def _pi_special(u: int) -> int | None:
+    """The pattern for NaN and +-inf inputs (the same for sinpif and cospif), else None."""
+    if (u & 0x7F800000) == 0x7F800000:
+        return u | QUIET_BIT if u & 0x007FFFFF else DEFAULT_NAN_BITS
+    return None
+
+
+def sinpif_bits(u: int) -> int:
+    """The bit pattern of sinpif for the binary32 input with pattern `u`."""
+    u &= 0xFFFFFFFF
+    special = _pi_special(u)
+    if special is not None:
+        return special
+    exact, enclose = _pi_trig(bits_to_f32(u), False)
+    if enclose is not None:
+        return f32_to_bits(_decide(enclose))
+    if exact == 0:
+        return u & 0x80000000  # +-0 for +-0, and +0 / -0 for positive / negative integers
+    return f32_to_bits(float(exact))
+
+
+def cospif_bits(u: int) -> int:
+    """The bit pattern of cospif for the binary32 input with pattern `u`."""
+    u &= 0xFFFFFFFF
+    special = _pi_special(u)
+    if special is not None:
+        return special
+    exact, enclose = _pi_trig(bits_to_f32(u), True)
+    if enclose is not None:
+        return f32_to_bits(_decide(enclose))
+    return f32_to_bits(float(exact))  # +0 at half-integers (Fraction(0) is +0.0), +-1 at integers
+
+
+def sinpif(x: float) -> float:
+    """Correctly rounded sin(pi x) for a binary32 value held as a Python float."""
+    return bits_to_f32(sinpif_bits(f32_to_bits(x)))
+
+
+def cospif(x: float) -> float:
+    """Correctly rounded cos(pi x) for a binary32 value held as a Python float."""
+    return bits_to_f32(cospif_bits(f32_to_bits(x)))
+
+
 # -- tables for the kernels ---------------------------------------------------------------
 
 def _f64_bits(d: float) -> int:
@@ -312,6 +457,27 @@ def _log_cells() -> list[tuple[int, int]]:
     return cells
 
 
+SINPI_TERMS = 9  # sin(pi r) = sum_k S_k r^(2k+1), k < 9, for |r| <= 1/4
+COSPI_TERMS = 9  # cos(pi r) = sum_k C_k r^(2k), k < 9
+
+
+def pi_taylor(n: int, p: int = TABLE_BITS) -> float:
+    """The binary64 value nearest the Taylor coefficient (-1)^(n//2) pi^n / n!."""
+    plo, phi = pi_scaled(p)
+    fact = 1
+    for i in range(2, n + 1):
+        fact *= i
+    den = fact << (n * p)
+    lo, hi = plo ** n, phi ** n
+    if (n // 2) % 2:
+        lo, hi = -hi, -lo
+    # lo/den and hi/den enclose the value; int / int true division rounds correctly
+    a, b = lo / den, hi / den
+    if _f64_bits(a) != _f64_bits(b):
+        raise Undecided("coefficient not decided at 2^-%d" % p)
+    return a
+
+
 @lru_cache(maxsize=None)
 def kernel_tables() -> dict[str, list[float]]:
     """The binary64 constants and tables of the fast kernels, each decided exactly."""
@@ -334,4 +500,6 @@ def kernel_tables() -> dict[str, list[float]]:
         "ln2_hi": [ln2_hi], "ln2_lo": [ln2_lo],
         "exp2_32": exp2_32_table(),
         "log_inv": inv, "log_hi": hi, "log_lo": lo,
+        "sinpi": [pi_taylor(2 * k + 1) for k in range(SINPI_TERMS)],  # S_k
+        "cospi": [pi_taylor(2 * k) for k in range(COSPI_TERMS)],  # C_k, C_0 = 1
     }

@@ -1,4 +1,4 @@
-"""The crmath kernels give the oracle's expf/logf bits on every backend, and mark the same slots UNDECIDED.
+"""The crmath kernels give the oracle's expf/logf/sinpif/cospif bits on every backend, and mark the same slots UNDECIDED.
 
 Every slot a kernel decides must carry exactly the oracle's bit pattern (NaN
 payloads included); a slot the rounding test cannot decide carries UNDECIDED, and
@@ -18,7 +18,9 @@ from mojolike.oracles import crmath as oracle
 
 BACKENDS = ("cpu-numba", "cpu-cffi", "cuda-sim")
 SIM_CALL = 300  # elements per cuda-sim call
-ORACLE = {"expf": oracle.expf_bits, "logf": oracle.logf_bits}
+ORACLE = {"expf": oracle.expf_bits, "logf": oracle.logf_bits, "sinpif": oracle.sinpif_bits,
+          "cospif": oracle.cospif_bits}
+FUNCS = tuple(ORACLE)
 POISON = 0xDEADBEEF  # out is filled with this first, so an unwritten slot cannot pass
 
 # Every input the numba kernel leaves UNDECIDED: found by running cpu-numba's expf_into
@@ -35,6 +37,16 @@ HARD_LOGF = (
     0x5D800341, 0x5EE8984E, 0x5F64C24A, 0x62B467BA, 0x64E27FA3, 0x65D890D3, 0x66A8C860, 0x66ABBD63,
     0x6914CB96, 0x6D1F23EB, 0x6F31A8EC, 0x7405DEE8, 0x79E7EC37, 0x7D98B8F4,
 )
+HARD_SINPIF = (
+    0x34E54DB5, 0x361652F2, 0x385A58FC, 0x386ACAF6, 0x3CEEB990, 0x3D80C8A4, 0x3DFD7F58, 0x3F605015,
+    0xB4E54DB5, 0xB61652F2, 0xB85A58FC, 0xB86ACAF6, 0xBCEEB990, 0xBD80C8A4, 0xBDFD7F58, 0xBF605015,
+)
+HARD_COSPIF = (
+    0x390D23E4, 0x398721A7, 0x3B25BCA6, 0x3EC0A02A, 0x3EDFCDD7, 0x3EF11467, 0x3F1FAFEB,
+    0xB90D23E4, 0xB98721A7, 0xBB25BCA6, 0xBEC0A02A, 0xBEDFCDD7, 0xBEF11467, 0xBF1FAFEB,
+)
+HARD = {"expf": HARD_EXPF, "logf": HARD_LOGF, "sinpif": HARD_SINPIF, "cospif": HARD_COSPIF}
+ALL_HARD = HARD_EXPF + HARD_LOGF + HARD_SINPIF + HARD_COSPIF
 
 
 def kernels(backend: str):
@@ -84,6 +96,12 @@ LOG_EDGES = sorted(set(
     + [(127 << 23) | (j << 16) | t for j in (0, 1, 2, 52, 53, 54) for t in (0, 0xFFFF)]  # cells of [1, sqrt 2)
     + [(126 << 23) | (j << 16) | t for j in (53, 54, 126, 127) for t in (0, 0xFFFF)]  # cells of [sqrt(1/2), 1)
     + around(2.7182817, 2) + around(10.0, 2) + around(0.1, 2) + around(1e-30, 2) + around(1e30, 2)))
+PI_EDGES = sorted(set(
+    [u for s in (1.0, -1.0) for j in range(0, 33) for u in around(s * j / 4, 3)]  # multiples of 1/4
+    + [u for s in (1.0, -1.0) for v in (2.0**21 + 0.25, 2.0**22 - 0.25, 2.0**22 + 0.5, 2.0**23 - 0.5,
+                                         2.0**23 + 1, 2.0**24 - 1, 2.0**24, 2.0**24 + 2, 1e30)
+       for u in around(s * v, 3)]  # where x turns into multiples of 1/2, integers, even integers
+    + around(1e-30, 2) + around(-1e-30, 2) + around(2.0**-126, 2) + around(-(2.0**-126), 2)))
 
 
 def run(backend: str, func: str, patterns) -> tuple[np.ndarray, int]:
@@ -139,7 +157,19 @@ def test_logf_gives_the_oracle_bits_on_special_values_and_table_edges(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("func", ["expf", "logf"])
+@pytest.mark.parametrize("func", ["sinpif", "cospif"])
+def test_sinpif_and_cospif_give_the_oracle_bits_on_special_values_and_multiples_of_a_quarter(backend, func):
+    assert_oracle_bits(backend, func, SPECIALS + PI_EDGES)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("func", ["sinpif", "cospif"])
+def test_sinpif_and_cospif_of_random_values_in_minus_4_to_4_give_the_oracle_bits(backend, func):
+    assert_oracle_bits(backend, func, random_values(13, sample(backend, 4000), -4.0, 4.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("func", FUNCS)
 def test_random_bit_patterns_give_the_oracle_bits(backend, func):
     assert_oracle_bits(backend, func, random_patterns(1, sample(backend, 4000)))
 
@@ -161,9 +191,9 @@ def test_logf_of_random_positive_floats_of_every_magnitude_gives_the_oracle_bits
     assert_oracle_bits(backend, "logf", rng.integers(1, 0x7F800000, sample(backend, 4000), dtype=np.uint32))
 
 
-@pytest.mark.parametrize("func", ["expf", "logf"])
+@pytest.mark.parametrize("func", FUNCS)
 def test_the_hard_cases_are_undecided_on_every_backend_and_the_oracle_decides_them(func):
-    hard = list(HARD_EXPF if func == "expf" else HARD_LOGF)
+    hard = list(HARD[func])
     if not hard:
         pytest.skip(f"no {func} input leaves the numba kernel undecided")
     # the hard cases among ordinary inputs, so that the positions are what is compared
@@ -176,13 +206,13 @@ def test_the_hard_cases_are_undecided_on_every_backend_and_the_oracle_decides_th
         assert ORACLE[func](u) != UNDECIDED
 
 
-@pytest.mark.parametrize("func", ["expf", "logf"])
+@pytest.mark.parametrize("func", FUNCS)
 def test_cffi_gives_the_numba_bits_on_every_slot_of_a_large_array(func):
     """Same operation sequence, so the same bits everywhere, UNDECIDED slots included."""
     rng = np.random.default_rng(7)
-    lo, hi = (-104.0, 89.0) if func == "expf" else (0.0, 100.0)
+    lo, hi = {"expf": (-104.0, 89.0), "logf": (0.0, 100.0)}.get(func, (-4.0, 4.0))
     x = np.concatenate([rng.uniform(lo, hi, 1 << 21).astype(np.float32).view(np.uint32),
-                        random_patterns(8, 1 << 20), np.uint32(HARD_EXPF + HARD_LOGF + tuple(SPECIALS))])
+                        random_patterns(8, 1 << 20), np.uint32(ALL_HARD + tuple(SPECIALS))])
     a, na = run("cpu-numba", func, x)
     b, nb = run("cpu-cffi", func, x)
     assert na == nb
@@ -190,9 +220,9 @@ def test_cffi_gives_the_numba_bits_on_every_slot_of_a_large_array(func):
     assert diff.size == 0, [f"x=0x{x[i]:08x} numba=0x{a[i]:08x} cffi=0x{b[i]:08x}" for i in diff[:8]]
 
 
-@pytest.mark.parametrize("func", ["expf", "logf"])
+@pytest.mark.parametrize("func", FUNCS)
 def test_cuda_sim_gives_the_numba_bits_on_every_slot(func):
-    x = np.concatenate([np.uint32(SPECIALS), np.uint32(HARD_EXPF + HARD_LOGF),
+    x = np.concatenate([np.uint32(SPECIALS), np.uint32(ALL_HARD),
                         random_patterns(9, 100), random_values(10, 100, -104.0, 89.0)])
     a, na = run("cpu-numba", func, x)
     b, nb = run("cuda-sim", func, x)
@@ -208,7 +238,7 @@ def test_the_bits_do_not_depend_on_the_thread_count(backend):
         results = []
         for threads in sorted({1, 2, max(1, k.max_threads())}):
             k.set_num_threads(threads)
-            results.append([run(backend, f, x)[0] for f in ("expf", "logf")])
+            results.append([run(backend, f, x)[0] for f in FUNCS])
     finally:
         k.set_num_threads(before)
     for r in results[1:]:
@@ -219,4 +249,4 @@ def test_the_bits_do_not_depend_on_the_thread_count(backend):
 def test_the_kernels_report_their_backend_mode_and_what_they_write(backend):
     k = kernels(backend)
     assert (k.backend, k.numeric_mode) == (backend, "identical")
-    assert k.WRITES == {"expf_into": (1,), "logf_into": (1,)}
+    assert k.WRITES == {f"{f}_into": (1,) for f in FUNCS}

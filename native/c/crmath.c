@@ -1,5 +1,5 @@
-/* Correctly rounded expf/logf: the C spelling of native/crmath.py's exp_elem and
-   log_elem. Binary64 + - * only, one IEEE operation per statement, in the same
+/* Correctly rounded expf/logf/sinpif/cospif: the C spelling of native/crmath.py's
+   exp_elem, log_elem, sinpi_elem and cospi_elem. Binary64 + - * only, one IEEE operation per statement, in the same
    order (built with -ffp-contract=off: no product is fused into an add), then a
    rounding test: y - 2^-50|y| and y + 2^-50|y| must round to the same binary32
    value, else the slot gets the UNDECIDED pattern and is counted. Every table
@@ -14,9 +14,10 @@
 typedef struct {
     double inv_ln2_32, ln2_32_hi, ln2_32_lo, ln2_hi, ln2_lo, shifter, err, one, two_m23, two_m24;
     double e2, e3, e4, e5, e6, l2, l3, l4, l5, l6, l7, l8;
+    double s0, s1, s2, s3, s4, s5, s6, s7, s8, c1, c2, c3, c4, c5, c6, c7, c8, zero, half, minus_one;
     const double *exp2_32, *pow2, *log_inv, *log_hi, *log_lo;
     int64_t pow2_bias, sqrt2_m24, block;
-    float exp_huge, exp_tiny;
+    float exp_huge, exp_tiny, trig_big, trig_inf;
     uint32_t undecided, quiet_bit, default_nan, pos_inf_bits, neg_inf_bits, one_bits;
 } mj_crmath_tab;
 
@@ -213,6 +214,196 @@ int64_t mj_logf(const float *x, float *out, int64_t n, const mj_crmath_tab *tab)
         }
         if (redo)
             for (int64_t i = lo; i < hi; i++) undecided += mj_logf_slot(x, out, i, &T);
+    }
+    return undecided;
+}
+
+/* sin(pi r) and cos(pi r) by their Taylor polynomials in r2 = r*r, in the order of
+   sinpi_elem/cospi_elem (both functions compute both polynomials, then select) */
+static inline void mj_pi_sc(double r, double r2, const mj_crmath_tab *T, double *s, double *c) {
+    double h = r2 * T->s8;
+    h = h + T->s7;
+    h = r2 * h;
+    h = h + T->s6;
+    h = r2 * h;
+    h = h + T->s5;
+    h = r2 * h;
+    h = h + T->s4;
+    h = r2 * h;
+    h = h + T->s3;
+    h = r2 * h;
+    h = h + T->s2;
+    h = r2 * h;
+    h = h + T->s1;
+    h = r2 * h;
+    h = h + T->s0;
+    *s = r * h;
+    double g = r2 * T->c8;
+    g = g + T->c7;
+    g = r2 * g;
+    g = g + T->c6;
+    g = r2 * g;
+    g = g + T->c5;
+    g = r2 * g;
+    g = g + T->c4;
+    g = r2 * g;
+    g = g + T->c3;
+    g = r2 * g;
+    g = g + T->c2;
+    g = r2 * g;
+    g = g + T->c1;
+    g = r2 * g;
+    *c = g + T->one;
+}
+
+/* |x| = n/2 + r exactly (|r| <= 1/4) for finite |x| <= 2^24; returns n, sets *r */
+static inline int32_t mj_pi_reduce(double ax, const mj_crmath_tab *T, double *r) {
+    double t = ax + ax; /* exact */
+    t = t + T->shifter;
+    double nd = t - T->shifter; /* round(2|x|), ties to even */
+    double h = nd * T->half;
+    *r = ax - h; /* exact */
+    return (int32_t)nd;
+}
+
+/* bit ? a : b through the bit patterns: the value of the select in the Python source,
+   spelled so that the compiler never puts the arithmetic that made a or b under a branch
+   (with trapping math on, a float operation under a branch blocks vectorization) */
+static inline double mj_pick(int64_t bit, double a, double b) { /* bit: 0 or 1 */
+    uint64_t ua, ub;
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    uint64_t m = (uint64_t)0 - (uint64_t)bit;
+    uint64_t u = (ua & m) | (ub & ~m);
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+/* rounding test shared by both: a = binary32 y when *ok */
+static inline float mj_pi_round(double y, const mj_crmath_tab *T, int *ok) {
+    double eb = y * T->err;
+    /* |eb| (+0 for a zero y): the value of Python's `eb if eb > 0 else 0 - eb`, taken by
+       clearing the sign bit (eb is never NaN) */
+    uint64_t ue;
+    memcpy(&ue, &eb, sizeof ue);
+    ue = ue & 0x7FFFFFFFFFFFFFFFull;
+    memcpy(&eb, &ue, sizeof eb);
+    double ylo = y - eb;
+    double yhi = y + eb;
+    float a = (float)ylo;
+    float b = (float)yhi;
+    *ok = a == b;
+    return a;
+}
+
+/* sin(pi x) rounded to binary32 when *ok, for finite |x| <= 2^24 */
+static inline float mj_sinpi_elem(float x, const mj_crmath_tab *T, int *ok) {
+    double xd = (double)x;
+    double m1 = T->minus_one, p1 = T->one; /* loaded first: a select, not a conditional load */
+    double sg = xd < T->zero ? m1 : p1; /* odd; -0 keeps sg = 1 */
+    double ax = xd * sg; /* exact */
+    double r;
+    int32_t n = mj_pi_reduce(ax, T, &r);
+    double r2 = r * r;
+    double s, c;
+    mj_pi_sc(r, r2, T, &s, &c);
+    double v = mj_pick(n & 1, c, s); /* s, c, -s, -c for n = 0..3 mod 4 */
+    double nv = T->zero - v; /* exact; +0 for v = +0 */
+    v = mj_pick((n >> 1) & 1, nv, v);
+    double y = v * sg;
+    return mj_pi_round(y, T, ok);
+}
+
+/* cos(pi x) rounded to binary32 when *ok, for finite |x| <= 2^24 */
+static inline float mj_cospi_elem(float x, const mj_crmath_tab *T, int *ok) {
+    double xd = (double)x;
+    double m1 = T->minus_one, p1 = T->one;
+    double sg = xd < T->zero ? m1 : p1; /* even */
+    double ax = xd * sg; /* exact */
+    double r;
+    int32_t n = mj_pi_reduce(ax, T, &r);
+    double r2 = r * r;
+    double s, c;
+    mj_pi_sc(r, r2, T, &s, &c);
+    double v = mj_pick(n & 1, s, c); /* c, -s, -c, s for n = 0..3 mod 4 */
+    double nv = T->zero - v;
+    double y = mj_pick(((n + 1) >> 1) & 1, nv, v);
+    return mj_pi_round(y, T, ok);
+}
+
+/* finite inputs clamped to [-2^24, 2^24] (every larger |x| is an even integer: the same
+   result); NaN goes to -2^24 here and is redone */
+static inline float mj_pi_clamp(float v, const mj_crmath_tab *T) {
+    float w = v > -T->trig_big ? v : -T->trig_big;
+    return w < T->trig_big ? w : T->trig_big;
+}
+
+static inline int mj_pi_finite(float v, const mj_crmath_tab *T) {
+    return (v > -T->trig_inf) & (v < T->trig_inf);
+}
+
+/* slot i when the first pass flagged its block; returns 1 if undecided */
+static inline int64_t mj_pi_slot(const float *x, float *out, int64_t i, int cos, const mj_crmath_tab *T) {
+    float v = x[i];
+    if (v != v) {
+        mj_put_bits(out, i, mj_bits_at(x, i) | T->quiet_bit);
+        return 0;
+    }
+    if (!mj_pi_finite(v, T)) {
+        mj_put_bits(out, i, T->default_nan);
+        return 0;
+    }
+    int ok;
+    float w = mj_pi_clamp(v, T);
+    float a = cos ? mj_cospi_elem(w, T, &ok) : mj_sinpi_elem(w, T, &ok);
+    if (ok) {
+        out[i] = a;
+        return 0;
+    }
+    mj_put_bits(out, i, T->undecided);
+    return 1;
+}
+
+int64_t mj_sinpif(const float *x, float *out, int64_t n, const mj_crmath_tab *tab) {
+    const mj_crmath_tab T = *tab;
+    int64_t nblocks = (n + T.block - 1) / T.block;
+    int64_t undecided = 0;
+    #pragma omp parallel for schedule(static) reduction(+:undecided)
+    for (int64_t c = 0; c < nblocks; c++) {
+        int64_t lo = c * T.block;
+        int64_t hi = lo + T.block < n ? lo + T.block : n;
+        /* first pass without branches: clamp, flag NaN, inf and the undecided */
+        int redo = 0;
+        for (int64_t i = lo; i < hi; i++) {
+            float v = x[i];
+            int ok;
+            out[i] = mj_sinpi_elem(mj_pi_clamp(v, &T), &T, &ok);
+            redo |= (!ok) | (!mj_pi_finite(v, &T));
+        }
+        if (redo)
+            for (int64_t i = lo; i < hi; i++) undecided += mj_pi_slot(x, out, i, 0, &T);
+    }
+    return undecided;
+}
+
+int64_t mj_cospif(const float *x, float *out, int64_t n, const mj_crmath_tab *tab) {
+    const mj_crmath_tab T = *tab;
+    int64_t nblocks = (n + T.block - 1) / T.block;
+    int64_t undecided = 0;
+    #pragma omp parallel for schedule(static) reduction(+:undecided)
+    for (int64_t c = 0; c < nblocks; c++) {
+        int64_t lo = c * T.block;
+        int64_t hi = lo + T.block < n ? lo + T.block : n;
+        int redo = 0;
+        for (int64_t i = lo; i < hi; i++) {
+            float v = x[i];
+            int ok;
+            out[i] = mj_cospi_elem(mj_pi_clamp(v, &T), &T, &ok);
+            redo |= (!ok) | (!mj_pi_finite(v, &T));
+        }
+        if (redo)
+            for (int64_t i = lo; i < hi; i++) undecided += mj_pi_slot(x, out, i, 1, &T);
     }
     return undecided;
 }

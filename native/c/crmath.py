@@ -1,6 +1,7 @@
-"""Correctly rounded expf/logf through the C kernels in crmath.c (the second spelling).
+"""Correctly rounded expf/logf/sinpif/cospif through the C kernels in crmath.c (the second spelling).
 
-The element arithmetic is `native/crmath.py`'s exp_elem/log_elem written in C, one
+The element arithmetic is `native/crmath.py`'s exp_elem/log_elem/sinpi_elem/cospi_elem
+written in C, one
 binary64 operation per statement in the same order, so the computed value, the
 rounding test and therefore the UNDECIDED slots are the same as cpu-numba's. The
 tables and constants are not copied into the C source: every call passes
@@ -18,6 +19,10 @@ count is an integer sum.
 (0, [1.0, 2.7182817459106445, 0.0])
 >>> k.logf_into(np.float32([1.0, 2.0, 0.0]), out), out.tolist()
 (0, [0.0, 0.6931471824645996, -inf])
+>>> k.sinpif_into(np.float32([0.5, -1.0, 0.25]), out), out.tolist()
+(0, [1.0, -0.0, 0.7071067690849304])
+>>> k.cospif_into(np.float32([0.5, 1.0, 0.25]), out), out.tolist()
+(0, [0.0, -1.0, 0.7071067690849304])
 """
 from __future__ import annotations
 
@@ -33,6 +38,9 @@ _FIELDS = {
     "two_m23": "TWO_M23", "two_m24": "TWO_M24",
     "e2": "E2", "e3": "E3", "e4": "E4", "e5": "E5", "e6": "E6",
     "l2": "L2", "l3": "L3", "l4": "L4", "l5": "L5", "l6": "L6", "l7": "L7", "l8": "L8",
+    **{f"s{k}": f"S{k}" for k in range(9)}, **{f"c{k}": f"C{k}" for k in range(1, 9)},
+    "zero": "ZERO", "half": "HALF", "minus_one": "MINUS_ONE",
+    "trig_big": "TRIG_BIG", "trig_inf": "TRIG_INF",
     "pow2_bias": "POW2_BIAS", "sqrt2_m24": "SQRT2_M24", "block": "BLOCK",
     "exp_huge": "EXP_HUGE", "exp_tiny": "EXP_TINY",
     "undecided": "UNDECIDED", "quiet_bit": "QUIET_BIT", "default_nan": "DEFAULT_NAN",
@@ -44,9 +52,9 @@ UNDECIDED = cpu.UNDECIDED
 
 
 class CffiCrmath(CffiFold):
-    """expf/logf in C, OpenMP over blocks of elements; out written, x only read."""
+    """expf/logf/sinpif/cospif in C, OpenMP over blocks of elements; out written, x only read."""
 
-    WRITES = {"expf_into": (1,), "logf_into": (1,)}
+    WRITES = {"expf_into": (1,), "logf_into": (1,), "sinpif_into": (1,), "cospif_into": (1,)}
 
     def __init__(self, mode: str):
         super().__init__(mode)
@@ -71,6 +79,14 @@ class CffiCrmath(CffiFold):
     def logf_into(self, x, out) -> int:
         """Write logf(x) into out; returns the number of UNDECIDED slots."""
         return int(self._lib.mj_logf(self._ptr(x), self._ptr(out), out.size, self._tab))
+
+    def sinpif_into(self, x, out) -> int:
+        """Write sinpif(x) into out; returns the number of UNDECIDED slots."""
+        return int(self._lib.mj_sinpif(self._ptr(x), self._ptr(out), out.size, self._tab))
+
+    def cospif_into(self, x, out) -> int:
+        """Write cospif(x) into out; returns the number of UNDECIDED slots."""
+        return int(self._lib.mj_cospif(self._ptr(x), self._ptr(out), out.size, self._tab))
 
 
 def load(mode: str, backend: str = "cpu-cffi") -> CffiCrmath:

@@ -1,6 +1,7 @@
-"""CUDA kernels for the correctly rounded expf and logf.
+"""CUDA kernels for the correctly rounded expf, logf, sinpif and cospif.
 
-The per-element arithmetic is `native/crmath.py`'s exp_elem/log_elem, compiled
+The per-element arithmetic is `native/crmath.py`'s exp_elem/log_elem/sinpi_elem/
+cospi_elem, compiled
 here with the CUDA primitives (libdevice `dadd_rn`/`dmul_rn`/`double2float_rn`
 on a GPU, numpy float64 on the simulator), so the CPU and GPU order of
 operations is one text and the UNDECIDED slots (the rounding test could not
@@ -23,6 +24,10 @@ no launch geometry reaches the bits.
 (0, [1.0, 2.7182817459106445, nan])
 >>> int(k.logf_into(np.float32([1.0, 2.0, -1.0]), out)), out.view(np.uint32).tolist()[1:]
 (0, [1060205080, 2143289344])
+>>> int(k.sinpif_into(np.float32([0.5, -1.0, np.inf]), out)), out.view(np.uint32).tolist()
+(0, [1065353216, 2147483648, 2143289344])
+>>> int(k.cospif_into(np.float32([0.5, 1.0, 0.25]), out)), out.tolist()
+(0, [0.0, -1.0, 0.7071067690849304])
 """
 from __future__ import annotations
 
@@ -45,6 +50,8 @@ POS_INF_BITS = cpu.POS_INF_BITS
 NEG_INF_BITS = cpu.NEG_INF_BITS
 EXP_HUGE = cpu.EXP_HUGE
 EXP_TINY = cpu.EXP_TINY
+TRIG_BIG = cpu.TRIG_BIG
+TRIG_INF = cpu.TRIG_INF
 
 
 def bind(fn):
@@ -58,6 +65,8 @@ def bind(fn):
 
 exp_elem = bind(cpu.exp_elem)
 log_elem = bind(cpu.log_elem)
+sinpi_elem = bind(cpu.sinpi_elem)
+cospi_elem = bind(cpu.cospi_elem)
 
 
 def expf_kernel(x, xb, out, ob):
@@ -99,18 +108,58 @@ def logf_kernel(xb, out, ob):
                 ob[i] = UNDECIDED
 
 
+def sinpif_kernel(x, xb, out, ob):
+    """out[i] = sinpif(x[i]); xb, ob: uint32 views of x, out."""
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        v = x[i]
+        if v != v:
+            ob[i] = xb[i] | QUIET_BIT
+        elif not (v > -TRIG_INF and v < TRIG_INF):
+            ob[i] = DEFAULT_NAN
+        else:
+            # |x| >= 2^24 is an even integer: clamped to +-2^24, the same result
+            w = v if v > -TRIG_BIG else -TRIG_BIG
+            w = w if w < TRIG_BIG else TRIG_BIG
+            a, ok = sinpi_elem(w)
+            if ok:
+                out[i] = a
+            else:
+                ob[i] = UNDECIDED
+
+
+def cospif_kernel(x, xb, out, ob):
+    """out[i] = cospif(x[i]); xb, ob: uint32 views of x, out."""
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        v = x[i]
+        if v != v:
+            ob[i] = xb[i] | QUIET_BIT
+        elif not (v > -TRIG_INF and v < TRIG_INF):
+            ob[i] = DEFAULT_NAN
+        else:
+            w = v if v > -TRIG_BIG else -TRIG_BIG
+            w = w if w < TRIG_BIG else TRIG_BIG
+            a, ok = cospi_elem(w)
+            if ok:
+                out[i] = a
+            else:
+                ob[i] = UNDECIDED
+
+
 F32_1D = float32[::1]
 U32_1D = uint32[::1]
 KERNELS = {
     "expf": (expf_kernel, void(F32_1D, U32_1D, F32_1D, U32_1D)),
     "logf": (logf_kernel, void(U32_1D, F32_1D, U32_1D)),
+    "sinpif": (sinpif_kernel, void(F32_1D, U32_1D, F32_1D, U32_1D)),
+    "cospif": (cospif_kernel, void(F32_1D, U32_1D, F32_1D, U32_1D)),
 }
 
 
 class CudaCrmath:
-    """expf/logf on an NVIDIA GPU (or the simulator); x and out are flat float32 numpy arrays."""
+    """expf/logf/sinpif/cospif on an NVIDIA GPU (or the simulator); x and out are flat float32 numpy arrays."""
 
-    WRITES = {"expf_into": (1,), "logf_into": (1,)}  # argument positions each method writes
+    WRITES = {"expf_into": (1,), "logf_into": (1,), "sinpif_into": (1,),
+              "cospif_into": (1,)}  # argument positions each method writes
 
     def __init__(self, mode: str):
         self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"
@@ -126,7 +175,7 @@ class CudaCrmath:
         dout = cuda.device_array(n, np.float32)
         blocks = max(1, min(MAX_BLOCKS, (n + THREADS - 1) // THREADS))
         args = (dx, dx.view(np.uint32), dout, dout.view(np.uint32))
-        self._k[name][blocks, THREADS](*(args if name == "expf" else args[1:]))
+        self._k[name][blocks, THREADS](*(args[1:] if name == "logf" else args))
         dout.copy_to_host(out)
         return int(np.count_nonzero(out.view(np.uint32) == UNDECIDED))
 
@@ -137,6 +186,14 @@ class CudaCrmath:
     def logf_into(self, x, out) -> int:
         """Write logf(x) into out; returns the number of UNDECIDED slots."""
         return self._run("logf", x, out)
+
+    def sinpif_into(self, x, out) -> int:
+        """Write sinpif(x) into out; returns the number of UNDECIDED slots."""
+        return self._run("sinpif", x, out)
+
+    def cospif_into(self, x, out) -> int:
+        """Write cospif(x) into out; returns the number of UNDECIDED slots."""
+        return self._run("cospif", x, out)
 
 
 def load(mode: str, backend: str = "cuda") -> CudaCrmath:
