@@ -8,11 +8,12 @@ kernels compile on first use and are cached on disk.
 >>> mojolike.fold(np.float32([0.5, 0.25]), backend="oracle")
 np.float32(0.75)
 """
-from . import math
+from . import math, random
 from ._fold import dot, fold, sumsq
 from ._loss import cross_entropy
 from ._optim import (SGD, Adam, AdamW, accumulate_grads, accumulation_is_aligned, clip_grad_norm_,
                      load_state, save_state)
+from ._rng import Generator
 from ._schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR
 from .registry import backend_used, backends, numeric_mode_used
 from .refusals import BackendUnavailable, Refusal
@@ -20,8 +21,8 @@ from .refusals import BackendUnavailable, Refusal
 __version__ = "0.1.0"
 
 __all__ = [
-    "SGD", "Adam", "AdamW", "BackendUnavailable", "ConstantLR", "Refusal",
+    "SGD", "Adam", "AdamW", "BackendUnavailable", "ConstantLR", "Generator", "Refusal",
     "WarmupCosineLR", "WarmupLinearLR", "accumulate_grads", "accumulation_is_aligned",
     "backend_used", "backends", "clip_grad_norm_", "cross_entropy", "dot", "fold", "load_state",
-    "math", "numeric_mode_used", "save_state", "sumsq",
+    "math", "numeric_mode_used", "random", "save_state", "sumsq",
 ]

@@ -71,6 +71,11 @@ _LOADERS = {
     ("schedule", "cpu-cffi"): "mojolike.native.c.schedule:load",
     ("schedule", "cuda"): "mojolike.native.cuda.schedule:load",
     ("schedule", "cuda-sim"): "mojolike.native.cuda.schedule:load",
+    ("rng", "oracle"): "mojolike._rng:oracle_kernels",
+    ("rng", "cpu-numba"): "mojolike.native.rng:load",
+    ("rng", "cpu-cffi"): "mojolike.native.c.rng:load",
+    ("rng", "cuda"): "mojolike.native.cuda.rng:load",
+    ("rng", "cuda-sim"): "mojolike.native.cuda.rng:load",
 }
 
 

@@ -18,7 +18,9 @@ MODULES = [
     "mojolike.contracts.crmath", "mojolike.contracts.loss", "mojolike.native.loss",
     "mojolike.native.c.loss", "mojolike.native.cuda.loss", "mojolike._schedule",
     "mojolike.oracles.schedule", "mojolike.native.schedule", "mojolike.native.c.schedule",
-    "mojolike.native.cuda.schedule", "mojolike.contracts.schedule",
+    "mojolike.native.cuda.schedule", "mojolike.contracts.schedule", "mojolike._rng",
+    "mojolike.random", "mojolike.oracles.rng", "mojolike.native.rng", "mojolike.native.c.rng",
+    "mojolike.native.cuda.rng", "mojolike.contracts.rng",
 ]
 
 

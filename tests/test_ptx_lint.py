@@ -45,9 +45,9 @@ def compile_ptx(fn, sig) -> str:
 
 
 def cuda_kernels():
-    from mojolike.native.cuda import crmath, fold, loss, optim, schedule
+    from mojolike.native.cuda import crmath, fold, loss, optim, rng, schedule
     return [(f"{mod.__name__.rsplit('.', 1)[1]}.{name}", fn, sig)
-            for mod in (fold, optim, crmath, loss, schedule)
+            for mod in (fold, optim, crmath, loss, schedule, rng)
             for name, (fn, sig) in mod.KERNELS.items()]
 
 

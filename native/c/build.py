@@ -23,7 +23,7 @@ from pathlib import Path
 from ...refusals import BackendUnavailable
 
 HERE = Path(__file__).resolve().parent
-FAMILIES = ("fold", "optim", "crmath", "loss", "schedule")
+FAMILIES = ("fold", "optim", "crmath", "loss", "schedule", "rng")
 
 # Order matters: later flags win, and -ffp-contract=off must follow -O3.
 FLAGS = {
