@@ -15,9 +15,8 @@ import platform
 
 import numpy as np
 
-import mojolike
 import mojolike.math as mm
-from timing import best_of
+from timing import backend_names, best_of
 
 
 def main() -> None:
@@ -27,8 +26,7 @@ def main() -> None:
     p.add_argument("--backends", default=None,
                    help="comma-separated; default: every available backend except oracle and cuda-sim")
     args = p.parse_args()
-    names = args.backends.split(",") if args.backends else [
-        b.name for b in mojolike.backends() if b.available and b.name not in ("oracle", "cuda-sim")]
+    names = backend_names(args.backends)
     x = (np.random.default_rng(0).standard_normal(args.n) * 8).astype(np.float32)
     ax = np.abs(x)
     print(f"n={args.n} float32, best of {args.repeat}; {platform.processor() or platform.machine()}, "

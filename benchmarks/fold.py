@@ -16,7 +16,7 @@ import numpy as np
 
 import mojolike
 from mojolike.contracts.casegen import bulk_normal
-from timing import best_of
+from timing import backend_names, best_of
 
 
 def blas_info() -> str:
@@ -35,8 +35,7 @@ def main() -> None:
     p.add_argument("--backends", default=None,
                    help="comma-separated; default: every available backend except oracle and cuda-sim")
     args = p.parse_args()
-    names = args.backends.split(",") if args.backends else [
-        b.name for b in mojolike.backends() if b.available and b.name not in ("oracle", "cuda-sim")]
+    names = backend_names(args.backends)
 
     x = bulk_normal(args.n, "bench/x")
     y = bulk_normal(args.n, "bench/y")

@@ -17,7 +17,7 @@ import platform
 import numpy as np
 
 import mojolike
-from timing import best_of
+from timing import backend_names, best_of
 
 
 def main() -> None:
@@ -28,8 +28,7 @@ def main() -> None:
     p.add_argument("--backends", default=None,
                    help="comma-separated; default: every available backend except oracle and cuda-sim")
     args = p.parse_args()
-    names = args.backends.split(",") if args.backends else [
-        b.name for b in mojolike.backends() if b.available and b.name not in ("oracle", "cuda-sim")]
+    names = backend_names(args.backends)
     rng = np.random.default_rng(0)
     z = (rng.standard_normal((args.n, args.v), dtype=np.float32) * 2).astype(np.float32)
     t = rng.integers(0, args.v, args.n)

@@ -22,7 +22,7 @@ import platform
 import numpy as np
 
 import mojolike
-from timing import best_of
+from timing import backend_names, best_of
 
 
 def main() -> None:
@@ -32,8 +32,7 @@ def main() -> None:
     p.add_argument("--backends", default=None,
                    help="comma-separated; default: every available backend except oracle and cuda-sim")
     args = p.parse_args()
-    names = args.backends.split(",") if args.backends else [
-        b.name for b in mojolike.backends() if b.available and b.name not in ("oracle", "cuda-sim")]
+    names = backend_names(args.backends)
     n, r = args.n, args.repeat
 
     print(f"n={n} float32, best of {r}; {platform.processor() or platform.machine()}, "

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import time
 
+import mojolike
+
 
 def best_of(fn, repeat: int) -> float:
     """The best wall time of `repeat` calls of fn, after one warm call (compile, build, first touch)."""
@@ -13,3 +15,10 @@ def best_of(fn, repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return min(times)
+
+
+def backend_names(arg: str | None) -> list[str]:
+    """The --backends list, else every available backend but the oracle and the simulator."""
+    if arg:
+        return arg.split(",")
+    return [b.name for b in mojolike.backends() if b.available and b.name not in ("oracle", "cuda-sim")]

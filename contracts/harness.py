@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import registry
+from ..refusals import Refusal
 from ..cards import reference_path
 from . import cardformat as cards
 
@@ -120,6 +121,26 @@ def with_1_and_2_threads(k, run) -> tuple[list | None, str]:
     finally:
         k.set_num_threads(before)
     return seen, ""
+
+
+def refusal_clause(table, buffers=()) -> tuple[str, str]:
+    """Clause (f): every `act()` in table [(expected words, act)] raises a Refusal naming them,
+    and no array in `buffers` (the callers' inputs) changes."""
+    before = [b.tobytes() for b in buffers]
+    failures = []
+    for expect, act in table:
+        try:
+            act()
+            failures.append(f"{expect}: not refused")
+        except Refusal as e:
+            if expect.lower() not in str(e).lower():
+                failures.append(f"{expect}: refused without naming it ({e})")
+    if [b.tobytes() for b in buffers] != before:
+        failures.append("a caller buffer changed")
+    if failures:
+        return "fail", f"{len(failures)} of {len(table)} refusals wrong: " + "; ".join(failures)
+    tail = ", every caller buffer untouched" if buffers else ""
+    return "pass", f"{len(table)} refusals raised by name{tail}"
 
 
 def negative_controls(suite, progress=None) -> Clause:

@@ -15,10 +15,9 @@ import numpy as np
 from .._loss import cross_entropy
 from ..oracles import f32
 from ..oracles import loss as spec
-from ..refusals import Refusal
 from .casegen import SplitMix64
 from .crmath import HARD_EXP
-from .harness import with_1_and_2_threads
+from .harness import refusal_clause, with_1_and_2_threads
 
 NAME = "loss"
 FAMILY = "loss"
@@ -192,21 +191,7 @@ def _refusal_table():
 
 
 def clause_refusals(k) -> tuple[str, str]:
-    table, buffers = _refusal_table()
-    before = [b.tobytes() for b in buffers]
-    failures = []
-    for expect, act in table:
-        try:
-            act()
-            failures.append(f"{expect}: not refused")
-        except Refusal as e:
-            if expect.lower() not in str(e).lower():
-                failures.append(f"{expect}: refused without naming it ({e})")
-    if [b.tobytes() for b in buffers] != before:
-        failures.append("a caller buffer changed")
-    if failures:
-        return "fail", f"{len(failures)} of {len(table)} refusals wrong: " + "; ".join(failures)
-    return "pass", f"{len(table)} refusals raised by name, every caller buffer untouched"
+    return refusal_clause(*_refusal_table())
 
 
 def extra_clauses(k) -> dict[str, tuple[str, str]]:
