@@ -27,3 +27,14 @@ def assert_same_bits(got, want, what: str = "") -> None:
 
 def available(name: str) -> bool:
     return {b.name: b.available for b in mojolike.backends()}[name]
+
+
+def backend_case_params(backends, small, big):
+    """pytest params (backend, case) for every backend; cuda-sim (a Python thread per CUDA
+    thread) gets the `small` cases only, the others `small + big`."""
+    out = []
+    for b in backends:
+        name, marks = (b.values[0], b.marks) if hasattr(b, "values") else (b, ())
+        for i, case in enumerate(small + ([] if name == "cuda-sim" else big)):
+            out.append(pytest.param(name, case, marks=marks, id=f"{name}-{i}"))
+    return out

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CPU_BACKENDS, assert_same_bits, available
+from conftest import CPU_BACKENDS, assert_same_bits, available, backend_case_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -121,12 +121,13 @@ def _uniform_ids(case) -> str:
     return f"s{s % 1000}-off{off % 1000}-n{n}-[{lo:g},{hi:g}]"
 
 
-@pytest.mark.parametrize("case", UNIFORM_CASES + BIG_UNIFORM_CASES, ids=_uniform_ids)
-@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def _pairs(small, big):
+    return backend_case_params(KERNEL_BACKENDS, small, big)
+
+
+@pytest.mark.parametrize("backend,case", _pairs(UNIFORM_CASES, BIG_UNIFORM_CASES))
 def test_uniform_equals_the_oracle_on_every_kernel_backend(backend, case):
     seed, s, offset, n, low, high = case
-    if backend == "cuda-sim" and n > 200:
-        pytest.skip("the simulator runs a Python thread per CUDA thread: 200 elements at most")
     got = Generator(seed, backend=backend).uniform(n, low, high, stream=s, offset=offset)
     want = np.float32(spec.uniform(seed, s, n, low, high, offset))
     assert_same_bits(got, want, f"{backend} uniform {_uniform_ids(case)}")
@@ -147,12 +148,9 @@ DROPOUT_CASES = [(0, 0, 0, 11, 0.5), (1, 5, 3, 17, 0.1), (BIG_SEED, BIG_STREAM, 
 BIG_DROPOUT_CASES = [(7, 8, 1, 2 * 8192 + 5, 0.2)]
 
 
-@pytest.mark.parametrize("case", DROPOUT_CASES + BIG_DROPOUT_CASES, ids=str)
-@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("backend,case", _pairs(DROPOUT_CASES, BIG_DROPOUT_CASES))
 def test_dropout_and_its_backward_equal_the_oracle_on_every_kernel_backend(backend, case):
     seed, s, offset, n, p = case
-    if backend == "cuda-sim" and n > 200:
-        pytest.skip("the simulator runs a Python thread per CUDA thread: 200 elements at most")
     x = _dropout_input(n, seed)
     x.flags.writeable = False  # dropout only reads x
     g = Generator(seed, backend=backend)

@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 import torch
-from conftest import CPU_BACKENDS, assert_same_bits, available
+from conftest import CPU_BACKENDS, assert_same_bits, available, backend_case_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +29,6 @@ SIM = pytest.mark.skipif(not available("cuda-sim"), reason="numba-cuda is not in
 KERNEL_BACKENDS = [*CPU_BACKENDS, pytest.param("cuda-sim", marks=SIM)]
 BIG_SEED = 0xFEDC_BA98_7654_3210  # both key words nonzero
 BIG_STREAM = 0x1_0000_0003  # both stream words nonzero
-SIM_MAX = 200  # the simulator runs a Python thread per CUDA thread
 
 
 @lru_cache(maxsize=None)
@@ -104,12 +103,10 @@ def _ids(case) -> str:
     return f"s{s % 1000}-off{off % 1000}-n{n}-N({mean:g},{std:g})"
 
 
-@pytest.mark.parametrize("case", NORMAL_CASES + BIG_NORMAL_CASES, ids=_ids)
-@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("backend,case", backend_case_params(KERNEL_BACKENDS, NORMAL_CASES,
+                                                             BIG_NORMAL_CASES))
 def test_normal_equals_the_oracle_on_every_kernel_backend(backend, case):
     seed, s, offset, n, mean, std = case
-    if backend == "cuda-sim" and n > SIM_MAX:
-        pytest.skip("the simulator runs a Python thread per CUDA thread: 200 elements at most")
     g = Generator(seed, backend=backend)
     got = g.normal(n, mean, std, stream=s, offset=offset)
     assert_same_bits(got, oracle_normal(seed, s, n, mean, std, offset), f"{backend} normal {_ids(case)}")
