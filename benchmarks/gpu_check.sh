@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One prepared run on a machine with an NVIDIA GPU: install, certify on cuda, PTX lint,
-# fold benchmark. Everything it learns lands in $OUT (default ./gpu-out): the cards,
+# One prepared run on a machine with an NVIDIA GPU: install, certify every suite on cuda,
+# PTX lint, the kernel tests' cuda cases, fold benchmark. Everything it learns lands in $OUT (default ./gpu-out): the cards,
 # their meta (device, driver, versions), the lint and benchmark logs.
 #   bash benchmarks/gpu_check.sh
 # After a green run, copy $OUT/cards/cuda/<suite>.meta.json to cards/<suite>.cuda.meta.json
@@ -20,6 +20,10 @@ mojolike certify --backend cuda --out "$OUT/cards" 2>&1 | tee "$OUT/certify.txt"
 certify=${PIPESTATUS[0]}
 MOJOLIKE_REQUIRE_PTX_LINT=1 python -m pytest -q tests/test_ptx_lint.py 2>&1 | tee "$OUT/ptx_lint.txt"
 lint=${PIPESTATUS[0]}
+# the kernel tests that have a real `cuda` parameter (skipped on machines without a GPU)
+python -m pytest -q tests/test_crmath_kernels.py tests/test_loss_kernels.py \
+    tests/test_schedule_kernels.py 2>&1 | tee "$OUT/kernel_tests.txt"
+kernels=${PIPESTATUS[0]}
 python benchmarks/fold.py --backends cpu-numba,cpu-cffi,cuda 2>&1 | tee "$OUT/bench_fold.txt"
-echo "certify exit $certify, ptx lint exit $lint" | tee "$OUT/summary.txt"
-[ "$certify" -eq 0 ] && [ "$lint" -eq 0 ]
+echo "certify exit $certify, ptx lint exit $lint, kernel tests exit $kernels" | tee "$OUT/summary.txt"
+[ "$certify" -eq 0 ] && [ "$lint" -eq 0 ] && [ "$kernels" -eq 0 ]
