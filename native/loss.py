@@ -14,6 +14,10 @@ expf/logf are native/crmath.py's `exp_elem`/`log_elem` (binary64 with a rounding
 test). A row with an undecided value gets status 1 and the caller redoes it
 exactly; its outputs are then unspecified.
 
+Caching: these kernels inline native/crmath.py's element functions, and numba's
+cache=True checks only this file, so after editing native/crmath.py clear the
+numba cache (the __pycache__ *.nbi/*.nbc files); a fresh checkout builds clean.
+
 Reproducibility: each row is computed by one thread and no float reduction
 crosses rows, so the thread count never reaches the bits; every reduction inside
 a row is the fold tree, whose shape depends on V alone.

@@ -20,6 +20,10 @@ of native/crmath.py could not decide; no u1 or u2 of a normal draw is, by an
 exhaustive check of their 2^24 values each) the slot gets the UNDECIDED pattern
 and is counted; the caller gives it the oracle's value.
 
+Caching: these kernels inline native/crmath.py's element functions, and numba's
+cache=True checks only this file, so after editing native/crmath.py clear the
+numba cache (the __pycache__ *.nbi/*.nbc files); a fresh checkout builds clean.
+
 Reproducibility: a value depends on (key, stream, position) only; the split into
 head, tasks and tail, and the thread count, never reach it.
 
