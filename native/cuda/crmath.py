@@ -5,7 +5,8 @@ cospi_elem, compiled
 here with the CUDA primitives (libdevice `dadd_rn`/`dmul_rn`/`double2float_rn`
 on a GPU, numpy float64 on the simulator), so the CPU and GPU order of
 operations is one text and the UNDECIDED slots (the rounding test could not
-decide; the pattern 0x7FA00DAD) are the same slots as on the CPU. Kernels loop
+decide; the pattern 0x7FA00DAD) are the same slots as on the CPU. The per-slot
+functions (special values first) are the CPU kernels' too. Kernels loop
 grid-stride over elements, one branchy pass; the undecided slots are counted on
 the host after the copy back (no atomics).
 
@@ -44,19 +45,14 @@ THREADS = 32 if prims.SIMULATOR else 256
 # Grid-stride loops; the simulator (a Python thread per CUDA thread) gets one block.
 MAX_BLOCKS = 1 if prims.SIMULATOR else 65535
 UNDECIDED = cpu.UNDECIDED
-QUIET_BIT = cpu.QUIET_BIT
-DEFAULT_NAN = cpu.DEFAULT_NAN
-POS_INF_BITS = cpu.POS_INF_BITS
-NEG_INF_BITS = cpu.NEG_INF_BITS
-EXP_HUGE = cpu.EXP_HUGE
-EXP_TINY = cpu.EXP_TINY
-TRIG_BIG = cpu.TRIG_BIG
-TRIG_INF = cpu.TRIG_INF
 
 
-def bind(fn):
-    """`fn` with the primitive names resolved to this target's primitives."""
-    env = dict(fn.__globals__, **{name: getattr(prims, name) for name in cpu.PRIMITIVES})
+def bind(fn, **helpers):
+    """`fn` (a CPU function, jitted or not) with the primitive names resolved to this
+    target's primitives and the named `helpers` (the CPU module's jitted helpers it
+    calls) replaced by this target's versions."""
+    fn = getattr(fn, "py_func", fn)
+    env = dict(fn.__globals__, **{name: getattr(prims, name) for name in cpu.PRIMITIVES}, **helpers)
     bound = pytypes.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)
     if prims.SIMULATOR:
         return bound  # plain Python: it calls no CUDA API, and skips the simulator's wrapper
@@ -67,82 +63,37 @@ exp_elem = bind(cpu.exp_elem)
 log_elem = bind(cpu.log_elem)
 sinpi_elem = bind(cpu.sinpi_elem)
 cospi_elem = bind(cpu.cospi_elem)
+# The CPU kernels' per-slot functions (special values, then the element function, UNDECIDED
+# where it cannot decide), bound here too: one text for the slot logic on both targets.
+_pi = dict(_pi_finite=bind(cpu._pi_finite), _pi_clamp=bind(cpu._pi_clamp))
+expf_slot = bind(cpu._expf_special, _exp_elem=exp_elem)
+logf_slot = bind(cpu._logf_special, _log_elem=log_elem)
+sinpif_slot = bind(cpu._sinpif_special, _sinpi_elem=sinpi_elem, **_pi)
+cospif_slot = bind(cpu._cospif_special, _cospi_elem=cospi_elem, **_pi)
 
 
 def expf_kernel(x, xb, out, ob):
     """out[i] = expf(x[i]); xb, ob: uint32 views of x, out."""
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-        v = x[i]
-        if v != v:
-            ob[i] = xb[i] | QUIET_BIT
-        elif v >= EXP_HUGE:
-            ob[i] = POS_INF_BITS
-        elif v <= EXP_TINY:
-            ob[i] = 0
-        else:
-            a, ok = exp_elem(v)
-            if ok:
-                out[i] = a
-            else:
-                ob[i] = UNDECIDED
+        expf_slot(x[i], xb[i], out, ob, i)
 
 
 def logf_kernel(xb, out, ob):
     """out[i] = logf of the binary32 value with pattern xb[i]; ob: uint32 view of out."""
     for i in range(cuda.grid(1), xb.size, cuda.gridsize(1)):
-        u = np.int64(xb[i])
-        if u == 0 or u >= POS_INF_BITS:  # +0, +inf, NaN, or the sign bit set
-            if (u & 0x7FFFFFFF) > POS_INF_BITS:
-                ob[i] = u | QUIET_BIT
-            elif u == POS_INF_BITS:
-                ob[i] = POS_INF_BITS
-            elif (u & 0x7FFFFFFF) == 0:
-                ob[i] = NEG_INF_BITS
-            else:
-                ob[i] = DEFAULT_NAN
-        else:
-            a, ok = log_elem(u)
-            if ok:
-                out[i] = a
-            else:
-                ob[i] = UNDECIDED
+        logf_slot(np.int64(xb[i]), out, ob, i)
 
 
 def sinpif_kernel(x, xb, out, ob):
     """out[i] = sinpif(x[i]); xb, ob: uint32 views of x, out."""
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-        v = x[i]
-        if v != v:
-            ob[i] = xb[i] | QUIET_BIT
-        elif not (v > -TRIG_INF and v < TRIG_INF):
-            ob[i] = DEFAULT_NAN
-        else:
-            # |x| >= 2^24 is an even integer: clamped to +-2^24, the same result
-            w = v if v > -TRIG_BIG else -TRIG_BIG
-            w = w if w < TRIG_BIG else TRIG_BIG
-            a, ok = sinpi_elem(w)
-            if ok:
-                out[i] = a
-            else:
-                ob[i] = UNDECIDED
+        sinpif_slot(x[i], xb[i], out, ob, i)
 
 
 def cospif_kernel(x, xb, out, ob):
     """out[i] = cospif(x[i]); xb, ob: uint32 views of x, out."""
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-        v = x[i]
-        if v != v:
-            ob[i] = xb[i] | QUIET_BIT
-        elif not (v > -TRIG_INF and v < TRIG_INF):
-            ob[i] = DEFAULT_NAN
-        else:
-            w = v if v > -TRIG_BIG else -TRIG_BIG
-            w = w if w < TRIG_BIG else TRIG_BIG
-            a, ok = cospi_elem(w)
-            if ok:
-                out[i] = a
-            else:
-                ob[i] = UNDECIDED
+        cospif_slot(x[i], xb[i], out, ob, i)
 
 
 F32_1D = float32[::1]
