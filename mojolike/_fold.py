@@ -77,17 +77,18 @@ class OracleFold:
     details: dict = {}
 
     def __init__(self):
+        from .oracles import codec
         from .oracles import fold as spec
-        self._spec = spec
+        self._spec, self._codec = spec, codec
 
     def fold(self, x):
-        return np.float32(self._spec.fold(x.tolist()))
+        return self._codec.scalar(self._spec.fold(self._codec.decode(x)))
 
     def sumsq(self, x):
-        return np.float32(self._spec.sumsq(x.tolist()))
+        return self._codec.scalar(self._spec.sumsq(self._codec.decode(x)))
 
     def dot(self, a, b):
-        return np.float32(self._spec.dot(a.tolist(), b.tolist()))
+        return self._codec.scalar(self._spec.dot(self._codec.decode(a), self._codec.decode(b)))
 
 
 def oracle_kernels(mode: str, backend: str = "oracle") -> OracleFold:

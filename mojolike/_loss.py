@@ -16,7 +16,7 @@ from . import registry
 from ._crmath import expf, logf
 from ._fold import fold
 from .buffers import as_f32
-from .oracles import f32
+from .oracles import codec, f32
 from .oracles import loss as spec
 from .refusals import refuse, refuse_unknown_keywords
 
@@ -229,12 +229,13 @@ class OracleLoss:
 
     def cross_entropy_into(self, logits, targets, ignore_index, c1, c2, qt, smoothing, g, want_grad,
                            grad, rows, status) -> int:
-        s = spec.LossScalars(float(c1), float(c2), float(qt), float(g), bool(smoothing))
-        losses, grads = spec.rows(logits.tolist(), targets.tolist(), int(ignore_index), s,
-                                  bool(want_grad))
-        rows[:] = losses
+        h = codec.decode_scalar
+        s = spec.LossScalars(h(c1), h(c2), h(qt), h(g), bool(smoothing))
+        losses, grads = spec.rows([codec.decode(r) for r in logits], targets.tolist(),
+                                  int(ignore_index), s, bool(want_grad))
+        codec.store(rows, losses)
         if want_grad:
-            grad[...] = grads
+            codec.store(grad, [v for row in grads for v in row])
         status[:] = 0
         return 0
 

@@ -21,7 +21,7 @@ import numpy as np
 from . import registry
 from ._params import Registry, as_list
 from .buffers import as_f32
-from .oracles import f32
+from .oracles import codec, f32
 from .oracles import optim as spec
 from .oracles.fold import pairwise, split_is_exact, sumsq
 from .refusals import Refusal, refuse, refuse_unknown_keywords
@@ -108,6 +108,7 @@ class _Optimizer:
         first and the pre-clip total norm is returned; otherwise returns None.
         """
         e = self._ENTRY
+        registry.check_fp_state(e, self.numeric_mode)
         self._reg.check_unchanged()
         g, gathered = self._reg.grads(grads, writable=max_norm is not None)
         total = coef = None
@@ -528,35 +529,39 @@ class OracleOptim:
         return np.zeros(n, np.float32)
 
     def sgd(self, p, g, b, first, lr, momentum, omd, wd, use_m, use_d, nesterov, maximize):
-        s = spec.SGDScalars(float(lr), float(momentum), float(omd), float(wd), bool(use_m), bool(use_d),
+        h = codec.decode_scalar
+        s = spec.SGDScalars(h(lr), h(momentum), h(omd), h(wd), bool(use_m), bool(use_d),
                             bool(nesterov), bool(maximize))
-        bs = b.tolist() if use_m else [0.0] * p.size  # without momentum b is a placeholder
-        out = [spec.sgd_elem(x, y, z, bool(first), s) for x, y, z in zip(p.tolist(), g.tolist(), bs)]
-        p[...] = [o[0] for o in out]
+        bs = codec.decode(b) if use_m else [0.0] * p.size  # without momentum b is a placeholder
+        out = [spec.sgd_elem(x, y, z, bool(first), s)
+               for x, y, z in zip(codec.decode(p), codec.decode(g), bs)]
+        codec.store(p, [o[0] for o in out])
         if use_m:
-            b[...] = [o[1] for o in out]
+            codec.store(b, [o[1] for o in out])
 
     def adam(self, p, g, m, v, *a):
-        s = spec.AdamScalars(*map(float, a[:9]), *map(bool, a[9:]))
-        out = [spec.adam_elem(w, x, y, z, s) for w, x, y, z in zip(p.tolist(), g.tolist(), m.tolist(),
-                                                                  v.tolist())]
-        p[...], m[...], v[...] = ([o[i] for o in out] for i in range(3))
+        s = spec.AdamScalars(*map(codec.decode_scalar, a[:9]), *map(bool, a[9:]))
+        out = [spec.adam_elem(w, x, y, z, s) for w, x, y, z in zip(
+            codec.decode(p), codec.decode(g), codec.decode(m), codec.decode(v))]
+        for i, arr in enumerate((p, m, v)):
+            codec.store(arr, [o[i] for o in out])
 
     def scale(self, g, coef):
-        g[...] = [f32.mul(x, float(coef)) for x in g.tolist()]
+        c = codec.decode_scalar(coef)
+        codec.store(g, [f32.mul(x, c) for x in codec.decode(g)])
 
     def add(self, a, b, out):
-        out[...] = [f32.add(x, y) for x, y in zip(a.tolist(), b.tolist())]
+        codec.store(out, [f32.add(x, y) for x, y in zip(codec.decode(a), codec.decode(b))])
 
     def all_finite(self, x) -> bool:
-        return all(math.isfinite(v) for v in x.tolist())
+        return all(math.isfinite(v) for v in codec.decode(x))
 
     def segment_sumsq(self, x, offsets):
-        return np.float32([sumsq(x[lo:hi].tolist()) for lo, hi in zip(offsets[:-1], offsets[1:])])
+        return codec.encode([sumsq(codec.decode(x[lo:hi])) for lo, hi in zip(offsets[:-1], offsets[1:])])
 
     def clip_coef(self, sumsqs, max_norm, eps):
-        total, coef = spec.clip_coef(sumsqs.tolist(), float(max_norm))
-        return np.float32(total), np.float32(coef)
+        total, coef = spec.clip_coef(codec.decode(sumsqs), codec.decode_scalar(max_norm))
+        return codec.scalar(total), codec.scalar(coef)
 
 
 def oracle_kernels(mode: str, backend: str = "oracle") -> OracleOptim:

@@ -37,7 +37,7 @@ import numpy as np
 from . import registry
 from ._crmath import UNDECIDED
 from .buffers import as_f32
-from .oracles import f32
+from .oracles import codec, f32
 from .oracles import rng as spec
 from .refusals import refuse, refuse_unknown_keywords
 
@@ -528,18 +528,21 @@ class OracleRng:
 
     def uniform_into(self, key0, key1, stream, offset, low, high, out) -> int:
         ws = spec.words((int(key0), int(key1)), int(stream), int(offset), out.size, self.rounds)
-        out[:] = [spec.uniform_value(w, float(low), float(high)) for w in ws]
+        lo, hi = codec.decode_scalar(low), codec.decode_scalar(high)
+        codec.store(out, [spec.uniform_value(w, lo, hi) for w in ws])
         return 0
 
     def normal_into(self, key0, key1, stream, offset, mean, std, out) -> int:
-        out[:] = spec.normal_values((int(key0), int(key1)), int(stream), int(offset), out.size,
-                                    float(mean), float(std), self.rounds)
+        codec.store(out, spec.normal_values((int(key0), int(key1)), int(stream), int(offset),
+                                            out.size, codec.decode_scalar(mean),
+                                            codec.decode_scalar(std), self.rounds))
         return 0
 
     def dropout_into(self, x, key0, key1, stream, offset, p, scale, y) -> int:
         ws = spec.words((int(key0), int(key1)), int(stream), int(offset), y.size, self.rounds)
-        p, scale = float(p), float(scale)
-        y[:] = [f32.mul(xi, scale if spec.kept(w, p) else 0.0) for xi, w in zip(x.tolist(), ws)]
+        p, scale = codec.decode_scalar(p), codec.decode_scalar(scale)
+        codec.store(y, [f32.mul(xi, scale if spec.kept(w, p) else 0.0)
+                        for xi, w in zip(codec.decode(x), ws)])
         return 0
 
 

@@ -21,10 +21,11 @@ from fractions import Fraction
 
 import numpy as np
 
+from .oracles import codec
 from .oracles import schedule as spec
 from .oracles.f32 import f32_to_bits, round_float, round_fraction
 from .refusals import refuse, refuse_unknown_keywords
-from .registry import CONTRACT_MODE, kernels
+from .registry import CONTRACT_MODE, check_fp_state, kernels
 
 UNDECIDED = 0x7FA00DAD  # the kernels' mark for a step the fast route could not decide
 BLOCK = 4096  # lr_at serves steps from aligned blocks of this many values (clause 7)
@@ -110,6 +111,7 @@ class LRSchedule:
 
     # -- values ----------------------------------------------------------------------------
     def _into(self, t0: int, out: np.ndarray) -> np.ndarray:
+        check_fp_state(self._entry, self.numeric_mode)
         finish(*self._spec, t0, out, self._k.schedule_into(*self._args, t0, out))
         return out
 
@@ -283,13 +285,13 @@ class OracleSchedule:
     WRITES = {"schedule_into": (6,)}
 
     def schedule_into(self, kind, peak, min_lr, warmup, total, t0, out) -> int:
-        P, M, n = float(peak), float(min_lr), out.size
+        P, M, n = codec.decode_scalar(peak), codec.decode_scalar(min_lr), out.size
         # past the warmup the constant schedule is P and the decays are M from T on:
         # those steps need no oracle call
         tail = warmup + 1 if kind == spec.CONSTANT else max(warmup + 1, total)
         k = min(max(tail - t0, 0), n)
-        out[:k] = [spec.value(kind, P, M, warmup, total, t) for t in range(t0, t0 + k)]
-        out[k:] = P if kind == spec.CONSTANT else M
+        codec.store(out[:k], [spec.value(kind, P, M, warmup, total, t) for t in range(t0, t0 + k)])
+        codec.store(out[k:], [P if kind == spec.CONSTANT else M] * (n - k))
         return 0
 
 

@@ -28,6 +28,7 @@ import sysconfig
 import threading
 from dataclasses import dataclass
 
+from . import fpstate
 from .refusals import BackendUnavailable, refuse
 
 BACKENDS = ("oracle", "cpu-numba", "cpu-cffi", "cuda", "cuda-sim")
@@ -194,9 +195,11 @@ def kernels(entry: str, family: str, backend: str | None = None, numeric_mode: s
     """The loaded kernels of `family` for the resolved backend and mode.
 
     The kernels report the backend and mode they were built for; a mismatch is
-    refused by name rather than returning bits under the wrong label.
+    refused by name rather than returning bits under the wrong label. In identical
+    mode the calling thread's floating-point state is checked first (`fpstate`).
     """
     backend, mode = resolve(entry, backend, numeric_mode)
+    check_fp_state(entry, mode)
     key = (family, backend, mode)
     k = _loaded.get(key)
     if k is None:
@@ -235,6 +238,13 @@ def override(family: str, backend: str, mode: str, k):
             _loaded.pop(key, None)
         else:
             _loaded[key] = saved
+
+
+def check_fp_state(entry: str, mode: str) -> None:
+    """Refuse identical mode by name when the calling thread does not round to nearest with
+    subnormals kept; kernels held across calls (optimizers, schedules) call this per call."""
+    if mode == CONTRACT_MODE and fpstate.deviation():
+        fpstate.refuse(entry)
 
 
 def check_label(entry: str, k, backend: str, mode: str) -> None:

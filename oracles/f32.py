@@ -75,14 +75,49 @@ def round_fraction(x: Fraction) -> float:
     return sign * math.ldexp(r, q)
 
 
+def _f64_bits(d: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", d))[0]  # a copy of the bytes: no FP operation
+
+
 def f32_to_bits(x: float) -> int:
-    """The 32-bit pattern of a binary32 value held as a Python float."""
-    return struct.unpack("<I", struct.pack("<f", x))[0]
+    """The 32-bit pattern of a binary32 value held as a Python float (other floats are rounded
+    to binary32 first; every NaN is 0x7FC00000).
+
+    Integer shifts and masks on the binary64 pattern: no conversion by the host's FP unit,
+    so flush-to-zero, denormals-are-zero and the rounding mode cannot change the result.
+    """
+    if x != x:
+        return CANONICAL_NAN_BITS
+    x = round_float(x)
+    b = _f64_bits(x)
+    sign = (b >> 63) << 31
+    exp, frac = (b >> 52) & 0x7FF, b & ((1 << 52) - 1)
+    if exp == 0x7FF:
+        return sign | 0x7F800000
+    if exp == 0:
+        return sign  # +-0: a binary32 value is never a binary64 subnormal
+    if exp >= 1023 - 126:
+        return sign | (exp - (1023 - 127)) << 23 | frac >> 29
+    # a binary32 subnormal: the significand (with its hidden bit) shifted to units of 2^-149
+    return sign | ((1 << 52) | frac) >> (52 - (exp - 1023 + 149))
 
 
 def bits_to_f32(u: int) -> float:
-    """The binary32 value with pattern `u`, as a Python float (NaN payloads are not kept)."""
-    return struct.unpack("<f", struct.pack("<I", u & 0xFFFFFFFF))[0]
+    """The binary32 value with pattern `u`, as a Python float (NaN payloads are not kept).
+
+    Built from the pattern with integer operations (see `f32_to_bits`).
+    """
+    u &= 0xFFFFFFFF
+    sign, exp, man = u >> 31, (u >> 23) & 0xFF, u & 0x7FFFFF
+    if exp == 0xFF:
+        return math.nan if man else (-math.inf if sign else math.inf)
+    if exp == 0:
+        if man == 0:
+            return -0.0 if sign else 0.0
+        shift = 24 - man.bit_length()  # normalize: the leading bit becomes the hidden bit
+        exp, man = 1 - shift, (man << shift) & 0x7FFFFF
+    b = sign << 63 | (exp + (1023 - 127)) << 52 | man << 29
+    return struct.unpack("<d", struct.pack("<Q", b))[0]
 
 
 def is_f32(x: float) -> bool:
