@@ -131,6 +131,17 @@ def outputs(k, case: Case) -> list[tuple[str, np.ndarray]]:
     return res
 
 
+# clause (a): the only inputs a kernel may leave to the host, per function
+KNOWN_UNDECIDED = {"expf": frozenset(HARD_EXP), "logf": frozenset(HARD_LOG),
+                   "sinpif": frozenset(HARD_SINPI), "cospif": frozenset(HARD_COSPI)}
+
+
+def known_fallback(r) -> bool:
+    """Clause (a): a value finished on the host (a `fallbacks.Fallback`) is allowed only when its
+    input is one of its function's HARD inputs."""
+    return r.family == "crmath" and r.at in KNOWN_UNDECIDED.get(r.kind, ())
+
+
 def extra_clauses(k) -> dict[str, tuple[str, str]]:
     return {"c": clause_threads(k)}
 

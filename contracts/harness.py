@@ -1,22 +1,24 @@
 """Run a suite on a backend: compare every cell with the oracle, write the card, check the clauses.
 
 Clauses (the letters are the contract's, see contracts/<suite>.md):
-  a  every output cell equals the oracle's bits (all NaNs one class);
+  a  every output cell equals the oracle's bits (all NaNs one class), and every value
+     the kernels left to the host is on the suite's known list (`fallback_clause`);
   b  the card is byte-identical to the reference card and to every other
      backend's card in the same run (settled by `finish_cross_backend`);
   c, d, f  suite-specific (`suite.extra_clauses`; fold: c, the same bits with 1 and
      2 threads; optim: c invariance, d resume, f refusals);
-  e  every negative control produces a different card.
+  e  every negative control produces a different card: a suite-level result
+     (`SuiteRun.suite_clauses`), computed once per suite on oracle variants,
+     which do not depend on the backend.
 
 >>> from mojolike.contracts import fold
 >>> r = run(fold, "oracle")
->>> r.clauses["a"].status, r.records == 3 * len(fold.cases())
-('n/a', True)
+>>> r.clauses["a"].status, r.records == 3 * len(fold.cases()), sorted(r.suite_clauses)
+('n/a', True, ['e'])
 """
 from __future__ import annotations
 
 import importlib
-import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -24,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import registry
+from .. import fallbacks, registry
 from ..refusals import Refusal
 from ..cards import reference_path
 from . import cardformat as cards
+from . import provenance
 
 CERTIFY = "mojolike certify"
 
@@ -52,22 +55,30 @@ class SuiteRun:
     clauses: dict[str, Clause]
     details: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
+    # clauses of the suite, not of this backend (e: the negative controls, oracle variants)
+    suite_clauses: dict[str, Clause] = field(default_factory=dict)
+    threads: int | str = "n/a"
 
     @property
     def ok(self) -> bool:
-        return all(c.status != "fail" for c in self.clauses.values())
+        return all(c.status != "fail" for c in [*self.clauses.values(), *self.suite_clauses.values()])
 
 
 def suite_module(name: str):
     return importlib.import_module(f"mojolike.contracts.{name}")
 
 
-def _outputs(suite, k, progress=None, label: str = "") -> dict[str, np.ndarray]:
+def _outputs(suite, k, progress=None, label: str = "", left=None) -> dict[str, np.ndarray]:
+    """Every output of every case; with a dict `left`, also case id -> the values the kernels
+    left to the host (`fallbacks.Fallback` records)."""
     out = {}
     all_cases = suite.cases()
     for i, case in enumerate(all_cases, 1):
-        for name, arr in suite.outputs(k, case):
-            out[f"{case.id}/{name}"] = np.asarray(arr, dtype=np.float32).reshape(-1)
+        with fallbacks.collect() as got:
+            for name, arr in suite.outputs(k, case):
+                out[f"{case.id}/{name}"] = np.asarray(arr, dtype=np.float32).reshape(-1)
+        if left is not None:
+            left[case.id] = list(got)
         if progress:
             progress(label, i, len(all_cases))
     return out
@@ -124,17 +135,13 @@ def with_1_and_2_threads(k, run) -> tuple[list | None, str]:
 
 
 def refusal_clause(table, buffers=()) -> tuple[str, str]:
-    """Clause (f): every `act()` in table [(expected words, act)] raises a Refusal naming them,
-    and no array in `buffers` (the callers' inputs) changes."""
+    """Clause (f): every `act()` in table [(expected option, act)] raises a Refusal whose
+    `option` is exactly the expected one, and no array in `buffers` (the callers' inputs)
+    changes."""
     before = [b.tobytes() for b in buffers]
     failures = []
     for expect, act in table:
-        try:
-            act()
-            failures.append(f"{expect}: not refused")
-        except Refusal as e:
-            if expect.lower() not in str(e).lower():
-                failures.append(f"{expect}: refused without naming it ({e})")
+        failures += refusal_failures(expect, act)
     if [b.tobytes() for b in buffers] != before:
         failures.append("a caller buffer changed")
     if failures:
@@ -143,8 +150,23 @@ def refusal_clause(table, buffers=()) -> tuple[str, str]:
     return "pass", f"{len(table)} refusals raised by name{tail}"
 
 
+def refusal_failures(expect: str, act) -> list[str]:
+    """[] when act() raises a Refusal for option `expect` (compared whole, not as a substring
+    of the message), else what went wrong."""
+    try:
+        act()
+    except Refusal as e:
+        if e.option != expect:
+            return [f"{expect}: refused for option {e.option!r} instead ({e})"]
+        return []
+    return [f"{expect}: not refused"]
+
+
 def negative_controls(suite, progress=None) -> Clause:
-    """Clause (e): each deliberately wrong tree must give a card that differs from the oracle's."""
+    """Clause (e): each deliberately wrong tree must give a card that differs from the oracle's.
+
+    The controls are oracle variants, so this is computed once per suite and reported once
+    per suite, never as a clause of one backend."""
     if suite.NAME in _controls:
         return _controls[suite.NAME]
     true_card = _card(suite, oracle_outputs(suite, progress))
@@ -153,12 +175,36 @@ def negative_controls(suite, progress=None) -> Clause:
         card = _card(suite, _outputs(suite, ctl, progress, f"{suite.NAME} control {ctl.name}"))
         n = cards.count_differing_records(true_card, card)
         caught += n > 0
-        lines.append(f"{ctl.name} ({ctl.describe}): md5={cards.md5_text(card)}, "
+        lines.append(f"{ctl.name} ({ctl.describe}): md5={cards.card_md5(card)}, "
                      f"{n} records differ" if n else f"{ctl.name}: NOT detected, card is identical")
     status = "pass" if caught == len(lines) and lines else "fail"
-    _controls[suite.NAME] = Clause(status, f"{caught}/{len(lines)} controls give a different card; "
-                                           + "; ".join(lines))
+    _controls[suite.NAME] = Clause(status, "computed on: oracle variants; they do not depend on the "
+                                           f"backend. {caught}/{len(lines)} controls give a different "
+                                           "card; " + "; ".join(lines))
     return _controls[suite.NAME]
+
+
+def fallback_clause(suite, a: Clause, left: dict[str, list]) -> Clause:
+    """Clause (a), its second half: every value the kernels left to the host (`left`: case id ->
+    `fallbacks.Fallback` records) must be on the suite's known list (`suite.known_fallback`),
+    so a kernel that decides nothing cannot pass on the oracle's answers."""
+    known = getattr(suite, "known_fallback", lambda r: False)
+    off = [f"{cid}: {r.family} {r}" for cid, recs in left.items() for r in recs if not known(r)]
+    n = sum(len(recs) for recs in left.values())
+    if off:
+        return Clause("fail", f"{len(off)} of {n} values left to the host are not on the contract's "
+                              f"known list; first: " + "; ".join(off[:3])
+                      + (f"; and {a.detail}" if a.status == "fail" else ""))
+    if not n:
+        return Clause(a.status, f"{a.detail}; no value left to the host")
+    return Clause(a.status, f"{a.detail}; {n} values left to the host, all on the contract's "
+                            f"known list")
+
+
+def _fallback_counts(backend: str, left: dict[str, list]) -> dict | str:
+    if backend == "oracle":
+        return "n/a: the oracle is the reference and never leaves a value to the host"
+    return {cid: len(recs) for cid, recs in left.items()}
 
 
 def run(suite, backend: str, *, progress=None) -> SuiteRun:
@@ -166,7 +212,9 @@ def run(suite, backend: str, *, progress=None) -> SuiteRun:
     t0 = time.perf_counter()
     k = registry.kernels(CERTIFY, suite.FAMILY, backend, registry.CONTRACT_MODE)
     ref = oracle_outputs(suite, progress)
-    outs = ref if backend == "oracle" else _outputs(suite, k, progress, f"{suite.NAME} {backend}")
+    left: dict[str, list] = {}  # case id -> the values the kernels left to the host
+    outs = ref if backend == "oracle" else _outputs(suite, k, progress, f"{suite.NAME} {backend}",
+                                                    left)
     cells, bad = compare_with_oracle(outs, ref)
     if backend == "oracle":
         a = Clause("n/a", f"the oracle is the reference ({cells} cells)")
@@ -175,24 +223,32 @@ def run(suite, backend: str, *, progress=None) -> SuiteRun:
                            + "; ".join(bad[:3]))
     else:
         a = Clause("pass", f"{len(suite.cases())} cases, {cells} cells equal the oracle bit for bit")
+    if backend != "oracle":
+        a = fallback_clause(suite, a, left)
     card = _card(suite, outs)
     clauses = {"a": a, "b": reference_clause(suite, card)}
     clauses.update({letter: Clause(*result) for letter, result in suite.extra_clauses(k).items()})
-    clauses["e"] = negative_controls(suite, progress)
     clauses = dict(sorted(clauses.items()))
-    return SuiteRun(suite.NAME, suite.PROFILE, k.backend, k.numeric_mode, card, cards.md5_text(card),
+    controls = negative_controls(suite, progress)
+    return SuiteRun(suite.NAME, suite.PROFILE, k.backend, k.numeric_mode, card, cards.card_md5(card),
                     len(cards.records_of(card)), len(suite.cases()), cells, clauses,
-                    dict(k.details), round(time.perf_counter() - t0, 3))
+                    dict(k.details, host_fallbacks=_fallback_counts(backend, left)),
+                    round(time.perf_counter() - t0, 3), {"e": controls},
+                    provenance.threads(k.backend, k))
 
 
 def reference_clause(suite, card: str) -> Clause:
     path = reference_path(suite.NAME)
     if not path.exists():
         return Clause("fail", f"no reference card at {path}")
-    diff = cards.first_difference(path.read_text(), card)
+    try:
+        ref = cards.read(path)
+    except cards.CardError as e:
+        return Clause("fail", f"the reference card is not a valid card: {e}")
+    diff = cards.first_difference(ref.text, card)
     if diff:
         return Clause("fail", f"differs from the reference card {path.name}: {diff}")
-    return Clause("pass", f"equals the reference card {path.name} (md5 {cards.md5_text(card)})")
+    return Clause("pass", f"equals the reference card {path.name} (md5 {ref.md5}, trailer verified)")
 
 
 def finish_cross_backend(runs: list[SuiteRun], *, against_reference: bool = True) -> None:
@@ -214,28 +270,20 @@ def finish_cross_backend(runs: list[SuiteRun], *, against_reference: bool = True
             r.clauses["b"] = Clause("pass", f"md5 {first.card_md5} on {names} too; {ref.detail}")
 
 
-def _versions() -> dict:
-    out = {"python": platform.python_version()}
-    for mod in ("numpy", "numba", "cffi"):
-        try:
-            out[mod] = importlib.import_module(mod).__version__
-        except ImportError:
-            out[mod] = None
+def gpu_status(suite_name: str, cards_dir: Path | None = None) -> dict:
+    """Whether a real NVIDIA run of this suite is on record: a committed
+    `<suite>.cuda.meta.json` beside the reference card with backend "cuda", the device,
+    compute capability, driver and runtime present, and the reference card's md5."""
+    ref = Path(cards_dir) / f"{suite_name}.card" if cards_dir is not None else reference_path(suite_name)
     try:
-        from importlib.metadata import version
-        out["numba-cuda"] = version("numba-cuda")
-    except Exception:
-        out["numba-cuda"] = None
-    return out
-
-
-def gpu_status(suite_name: str) -> dict:
-    """Whether a real NVIDIA run of this suite is on record (a committed cuda meta beside the cards)."""
-    meta = reference_path(suite_name).with_name(f"{suite_name}.cuda.meta.json")
-    if meta.exists():
-        return {"real_gpu_run": True, "record": meta.name}
-    return {"real_gpu_run": False,
-            "note": "no run on a real NVIDIA GPU has happened for this suite yet; the CUDA kernels "
+        ref_md5 = cards.read(ref).md5
+    except (OSError, cards.CardError):
+        ref_md5 = None
+    ok, why = provenance.real_gpu_run(ref.with_name(f"{suite_name}.cuda.meta.json"), ref_md5)
+    if ok:
+        return {"real_gpu_run": True, "why": why}
+    return {"real_gpu_run": False, "why": why,
+            "note": "no run on a real NVIDIA GPU is on record for this suite; the CUDA kernels "
                     "have run only under numba's CUDA simulator (cuda-sim)"}
 
 
@@ -243,9 +291,8 @@ def meta(r: SuiteRun) -> dict:
     d = asdict(r)
     d.pop("card")
     d["numeric_mode"] = registry.mode_label(r.numeric_mode)
-    d["host"] = {"platform": platform.platform(), "machine": platform.machine(),
-                 "argv": " ".join(sys.argv)}
-    d["versions"] = _versions()
+    d.update(provenance.of_run(r.backend, r.details, r.threads))
+    d["host"]["argv"] = " ".join(sys.argv)
     d["gpu"] = gpu_status(r.suite)
     d["ok"] = r.ok
     return d

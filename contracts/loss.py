@@ -17,6 +17,7 @@ from ..oracles import f32
 from ..oracles import loss as spec
 from .casegen import SplitMix64
 from .crmath import HARD_EXP
+from .crmath import known_fallback as _crmath_known
 from .harness import refusal_clause, with_1_and_2_threads
 
 NAME = "loss"
@@ -117,6 +118,14 @@ def outputs(k, case: Case) -> list[tuple[str, np.ndarray]]:
     return res
 
 
+def known_fallback(r) -> bool:
+    """Clause (a): a row redone on the host (a `fallbacks.Fallback`) is allowed only when its
+    recomputation finished at least one expf/logf value, each on crmath's known list (the
+    kernel flags a row exactly when one of its expf(d) or logf(S) is undecided)."""
+    return (r.family == "loss" and bool(r.finished)
+            and all(_crmath_known(f) for f in r.finished))
+
+
 # -- clause (c): invariance ---------------------------------------------------------------------
 
 def _bits(a) -> list[int]:
@@ -180,13 +189,13 @@ def _refusal_table():
         ("num_items", lambda: cross_entropy(z, t, num_items=0)),
         ("num_items", lambda: cross_entropy(z, t, reduction="sum", num_items=4)),
         ("logits", lambda: cross_entropy(bad, t)),
-        ("row 2", lambda: cross_entropy(z, np.array([0, 1, 5], np.int64))),
+        ("targets[2]", lambda: cross_entropy(z, np.array([0, 1, 5], np.int64))),
         ("logits", lambda: cross_entropy(z.astype(np.float16), t)),
         ("logits", lambda: cross_entropy(z.astype(np.float64), t)),
         ("logits", lambda: cross_entropy(z[0], t[:1])),
         ("logits", lambda: cross_entropy(np.zeros((0, 5), np.float32), t[:0])),
         ("targets", lambda: cross_entropy(z, t[:2])),
-        ("keyword", lambda: cross_entropy(z, t, reductoin="sum")),
+        ("reductoin", lambda: cross_entropy(z, t, reductoin="sum")),
     ], [z, bad, t]
 
 

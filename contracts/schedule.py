@@ -14,7 +14,7 @@ import numpy as np
 
 from .._schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR, finish
 from ..oracles import schedule as spec
-from ..oracles.f32 import bits_to_f32, round_float, round_fraction
+from ..oracles.f32 import bits_to_f32, f32_to_bits, round_float, round_fraction
 from .harness import refusal_clause, with_1_and_2_threads
 
 NAME = "schedule"
@@ -112,6 +112,47 @@ def outputs(k, case: Case) -> list[tuple[str, np.ndarray]]:
     return [(f"steps-{t0}", _values(k, case, t0, n)) for t0, n in case.runs]
 
 
+# -- clause (a): the steps a kernel may leave to the host ----------------------------------------
+
+# Every step of the cases above that the fast route leaves undecided (clause 6). v and E are
+# one binary64 computation, so the set is a property of the cases: benchmarks/schedule_undecided.py
+# finds it with oracles/schedule.fast_value and checks that cpu-numba, cpu-cffi and cuda-sim
+# mark the same steps. Besides the HARD steps, every one is a tie (a warmup, linear or rational
+# cosine value exactly halfway between two binary32 values).
+UNDECIDED_STEPS = (
+    ("linear-w0", (15, 45, 75, 105, 135)),
+    ("linear-w=t", (11, 13, 15, 17, 19, 22, 26, 30, 34, 38)),
+    ("cosine-w0", (200,)),
+    ("cosine-large-warmup", (625, 1250)),
+    ("cosine-min-above-peak", (60,)),
+    ("cosine-huge-peak", (9,)),
+    ("cosine-run-1e5", (625, 1250)),
+    ("linear-run-1e5", (275, 325, 375, 425, 475, 550, 650, 750, 850, 950, 5950, 15850, 25750,
+                        35650, 45550, 52975, 57925, 62875, 67825, 72775)),
+    ("hard-linear-0", (10176,)),
+    ("hard-linear-1", (95673,)),
+    ("hard-linear-2", (35205,)),
+    ("hard-cosine-3", (24479,)),
+    ("hard-cosine-4", (5001,)),
+    ("hard-cosine-5", (80030,)),
+    ("hard-cosine-6", (12452,)),
+)
+
+
+@lru_cache(maxsize=1)
+def _known_steps() -> frozenset:
+    by_id = {c.id: c for c in cases()}
+    return frozenset((spec.KINDS[c.kind], f32_to_bits(c.peak), f32_to_bits(c.min_lr), c.warmup,
+                      c.total, t) for cid, steps in UNDECIDED_STEPS for c in (by_id[cid],)
+                     for t in steps)
+
+
+def known_fallback(r) -> bool:
+    """Clause (a): a step finished on the host (a `fallbacks.Fallback`) is allowed only when
+    UNDECIDED_STEPS lists it for its schedule."""
+    return r.family == "schedule" and (r.kind, *r.config, r.at) in _known_steps()
+
+
 # -- clause (c): invariance ---------------------------------------------------------------------
 
 def _schedule(case: Case, backend: str):
@@ -170,9 +211,9 @@ def _refusal_table():
         ("t", lambda: s.lr_at(3.0)),
         ("t", lambda: s.bits_at(True)),
         ("n", lambda: s.lr_values(0)),
-        ("keyword", lambda: WarmupCosineLR(1e-3, 10, 100, eta_min=0.0)),
+        ("eta_min", lambda: WarmupCosineLR(1e-3, 10, 100, eta_min=0.0)),
         ("kind", lambda: WarmupCosineLR.from_config(dict(s.config(), kind="linear"))),
-        ("key", lambda: WarmupCosineLR.from_config(dict(s.config(), last_epoch=3))),
+        ("last_epoch", lambda: WarmupCosineLR.from_config(dict(s.config(), last_epoch=3))),
     ]
 
 

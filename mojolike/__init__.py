@@ -11,8 +11,9 @@ np.float32(0.75)
 from . import math, random
 from ._fold import dot, fold, sumsq
 from ._loss import cross_entropy
-from ._optim import (SGD, Adam, AdamW, accumulate_grads, accumulation_is_aligned, clip_grad_norm_,
-                     load_state, save_state)
+from ._optim import SGD, Adam, AdamW
+from ._optim_grads import accumulate_grads, accumulation_is_aligned, clip_grad_norm_
+from ._optim_state import load_state, save_state
 from ._rng import Generator
 from ._schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR
 from .registry import backend_used, backends, numeric_mode_used

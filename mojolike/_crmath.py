@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .buffers import as_f32
+from . import fallbacks
+from .checks import as_f32, keywords, shape_of
 from .oracles import crmath as spec
 from .registry import CONTRACT_MODE, kernels
-from .refusals import refuse_unknown_keywords
 
 UNDECIDED = 0x7FA00DAD  # the kernels' mark for a slot the fast path could not decide
 _OPTIONS = ("backend", "numeric_mode")
@@ -20,25 +20,28 @@ _EXACT = {"expf": spec.expf_bits, "logf": spec.logf_bits, "sinpif": spec.sinpif_
 
 
 def finish(name: str, x: np.ndarray, out: np.ndarray, undecided: int) -> int:
-    """Give the `undecided` UNDECIDED slots of out the oracle's bits; returns how many."""
+    """Give the `undecided` UNDECIDED slots of out the oracle's bits, reporting each to
+    `fallbacks` (function and input pattern); returns how many."""
     if undecided:
         ob, xb = out.reshape(-1).view(np.uint32), x.reshape(-1).view(np.uint32)
         idx = np.flatnonzero(ob == UNDECIDED)
         assert idx.size == undecided, (idx.size, undecided)
         exact = _EXACT[name]
         for i in idx.tolist():
-            ob[i] = exact(int(xb[i]))
+            u = int(xb[i])
+            ob[i] = v = exact(u)
+            fallbacks.record("crmath", name, u, v)
     return undecided
 
 
 def _apply(name: str, x, backend, numeric_mode, unknown) -> np.ndarray:
     entry = f"mojolike.math.{name}"
-    refuse_unknown_keywords(entry, unknown, ("x",) + _OPTIONS)
+    keywords(entry, unknown, ("x",) + _OPTIONS)
     a = as_f32(entry, "x", x)
     k = kernels(entry, "crmath", backend, numeric_mode)
     out = np.empty(a.size, np.float32)
     finish(name, a, out, getattr(k, f"{name}_into")(a, out))
-    return out.reshape(np.shape(np.asarray(x)))
+    return out.reshape(shape_of(x))
 
 
 def expf(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:

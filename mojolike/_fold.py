@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import as_f32, keywords, shape_of
 from .registry import CONTRACT_MODE, kernels
-from .buffers import as_f32
-from .refusals import refuse, refuse_unknown_keywords
+from .refusals import refuse
 
 _OPTIONS = ("backend", "numeric_mode")
 
@@ -31,7 +31,7 @@ def fold(x, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
     >>> mojolike.fold(np.array([1e8, 1.0, -1e8], np.float32), backend="oracle")
     np.float32(1.0)
     """
-    refuse_unknown_keywords("mojolike.fold", unknown, ("x",) + _OPTIONS)
+    keywords("mojolike.fold", unknown, ("x",) + _OPTIONS)
     a = as_f32("mojolike.fold", "x", x)
     return kernels("mojolike.fold", "fold", backend, numeric_mode).fold(a)
 
@@ -45,7 +45,7 @@ def sumsq(x, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
     >>> mojolike.sumsq(np.array([3, 4], np.float32), backend="oracle")
     np.float32(25.0)
     """
-    refuse_unknown_keywords("mojolike.sumsq", unknown, ("x",) + _OPTIONS)
+    keywords("mojolike.sumsq", unknown, ("x",) + _OPTIONS)
     a = as_f32("mojolike.sumsq", "x", x)
     return kernels("mojolike.sumsq", "fold", backend, numeric_mode).sumsq(a)
 
@@ -59,10 +59,10 @@ def dot(a, b, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
     >>> mojolike.dot(np.ones(3, np.float32), np.arange(3, dtype=np.float32), backend="oracle")
     np.float32(3.0)
     """
-    refuse_unknown_keywords("mojolike.dot", unknown, ("a", "b") + _OPTIONS)
+    keywords("mojolike.dot", unknown, ("a", "b") + _OPTIONS)
     u = as_f32("mojolike.dot", "a", a)
     v = as_f32("mojolike.dot", "b", b)
-    shape_a, shape_b = np.shape(np.asarray(a)), np.shape(np.asarray(b))
+    shape_a, shape_b = shape_of(a), shape_of(b)
     if shape_a != shape_b:
         refuse("mojolike.dot", "b", f"has shape {shape_b} but a has shape {shape_a}; "
                                     f"dot needs equal shapes")

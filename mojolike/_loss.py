@@ -12,13 +12,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from . import registry
+from . import checks, fallbacks, registry
 from ._crmath import expf, logf
 from ._fold import fold
-from .buffers import as_f32
+from .checks import as_f32, shape_of
 from .oracles import codec, f32
 from .oracles import loss as spec
-from .refusals import refuse, refuse_unknown_keywords
+from .refusals import refuse
 
 ENTRY = "mojolike.cross_entropy"
 _OPTIONS = ("logits", "targets", "ignore_index", "reduction", "label_smoothing", "num_items",
@@ -35,42 +35,27 @@ _TORCH_REFUSED = {
 _I64 = np.iinfo(np.int64)
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
 def _check_options(unknown, ignore_index, reduction, label_smoothing, num_items, return_grad):
     for name, reason in _TORCH_REFUSED.items():
         if name in unknown:
             value = unknown.pop(name)
             if value is not None:
                 refuse(ENTRY, name, reason)
-    refuse_unknown_keywords(ENTRY, unknown, _OPTIONS)
-    if not _is_int(ignore_index) or not _I64.min <= ignore_index <= _I64.max:
-        refuse(ENTRY, "ignore_index", f"must be an int64 integer, got {ignore_index!r} (torch's "
-                                      f"third positional argument is weight: pass options by keyword)")
-    if not isinstance(reduction, str) or reduction not in spec.REDUCTIONS:
-        refuse(ENTRY, f"reduction={reduction!r}", "is not covered; choose 'mean', 'sum' or 'none'")
-    if not isinstance(return_grad, (bool, np.bool_)):
-        refuse(ENTRY, "return_grad", f"must be True or False, got {return_grad!r}")
-    if return_grad and reduction == "none":
-        refuse(ENTRY, "return_grad=True", "needs reduction 'mean' or 'sum': the gradient of "
-                                          "reduction='none' needs a per-row upstream gradient, which "
-                                          "is not covered")
-    try:
-        ls = float(label_smoothing)
-    except (TypeError, ValueError):
-        refuse(ENTRY, "label_smoothing", f"must be a real number, got {label_smoothing!r}")
-    if not (math.isfinite(ls) and 0.0 <= ls < 1.0):
-        refuse(ENTRY, f"label_smoothing={label_smoothing!r}", "must be finite and in [0, 1) "
-                                                             "(contracts/loss.md does not cover 1.0)")
-    if f32.round_float(ls) >= 1.0:
-        refuse(ENTRY, f"label_smoothing={label_smoothing!r}", "rounds to 1.0 in float32; it must "
-                                                             "be in [0, 1) as a float32 value")
+    checks.keywords(ENTRY, unknown, _OPTIONS)
+    checks.integer(ENTRY, "ignore_index", ignore_index, low=int(_I64.min), high=int(_I64.max),
+                   what="an int64 integer; torch's third positional argument is weight: pass "
+                        "options by keyword")
+    checks.choice(ENTRY, "reduction", reduction, spec.REDUCTIONS)
+    want_grad = checks.switch(ENTRY, "return_grad", return_grad)
+    if want_grad and reduction == "none":
+        refuse(ENTRY, "return_grad", "needs reduction 'mean' or 'sum': the gradient of "
+                                     "reduction='none' needs a per-row upstream gradient, which is "
+                                     "not covered", value=True)
+    ls = checks.real32(ENTRY, "label_smoothing", label_smoothing, low=0.0, high=1.0, high_open=True,
+                       what="in [0, 1) (contracts/loss.md does not cover 1.0)")
     if num_items is not None:
-        if not _is_int(num_items) or num_items < 1:
-            refuse(ENTRY, f"num_items={num_items!r}", "must be a positive integer (the mean's "
-                                                      "divisor)")
+        checks.integer(ENTRY, "num_items", num_items, low=1, what="a positive integer, the mean's "
+                                                                  "divisor")
         if reduction != "mean":
             refuse(ENTRY, "num_items", f"is the divisor of reduction='mean'; with "
                                        f"reduction={reduction!r} it would be ignored, so drop it")
@@ -79,7 +64,7 @@ def _check_options(unknown, ignore_index, reduction, label_smoothing, num_items,
 
 def _logits(logits) -> np.ndarray:
     flat = as_f32(ENTRY, "logits", logits)  # dtype, byte order, empty, contiguity
-    shape = np.shape(np.asarray(logits))
+    shape = shape_of(logits)
     if len(shape) != 2:
         refuse(ENTRY, "logits", f"have shape {shape}; cross_entropy needs 2-D logits (N, V) "
                                 f"(for one row, pass logits[None])")
@@ -189,32 +174,37 @@ def finish_rows(logits, targets, ignore_index, c1, c2, qt, smoothing, g, want_gr
     The arithmetic of contracts/loss.md with numpy float32 operations (one
     rounding each, no fused multiply-add) and the public expf, logf and fold of
     `backend`, which finish undecided values with the oracle; writes rows[i],
-    grad row i (with `want_grad`) and status[i] = 0.
+    grad row i (with `want_grad`) and status[i] = 0, and reports each row to
+    `fallbacks` with the crmath values its recomputation finished.
     """
     c1, c2, qt, g = np.float32(c1), np.float32(c2), np.float32(qt), np.float32(g)
     on = dict(backend=backend, numeric_mode=numeric_mode)
     redo = np.flatnonzero(status)
     for i in redo.tolist():
         ti = int(targets[i])
-        if ti == ignore_index:
-            rows[i] = np.float32(0.0)
-            if want_grad:
-                grad[i] = np.float32(0.0)
-        else:
-            with np.errstate(over="ignore", invalid="ignore"):  # z - mx may overflow to -inf
-                z = logits[i]
-                d = z - z.max()
-                e = expf(d, **on)
-                big_s = np.float32(fold(e, **on))
-                big_l = logf(np.float32([big_s]), **on)[0]
-                loss = big_l - d[ti]
-                if smoothing:
-                    loss = c1 * loss + c2 * np.float32(fold(big_l - d, **on))
-                rows[i] = loss
+        # the crmath values this row's recomputation finishes go into the row's own record
+        with fallbacks.collect(hold=True) as finished:
+            if ti == ignore_index:
+                rows[i] = np.float32(0.0)
                 if want_grad:
-                    q = np.full(d.shape, c2, np.float32)
-                    q[ti] = qt
-                    grad[i] = (e / big_s - q) * g
+                    grad[i] = np.float32(0.0)
+            else:
+                with np.errstate(over="ignore", invalid="ignore"):  # z - mx may overflow to -inf
+                    z = logits[i]
+                    d = z - z.max()
+                    e = expf(d, **on)
+                    big_s = np.float32(fold(e, **on))
+                    big_l = logf(np.float32([big_s]), **on)[0]
+                    loss = big_l - d[ti]
+                    if smoothing:
+                        loss = c1 * loss + c2 * np.float32(fold(big_l - d, **on))
+                    rows[i] = loss
+                    if want_grad:
+                        q = np.full(d.shape, c2, np.float32)
+                        q[ti] = qt
+                        grad[i] = (e / big_s - q) * g
+        row_bits = rows[i:i + 1].view(np.uint32)[0]
+        fallbacks.record("loss", "row", i, row_bits, finished=tuple(finished))
         status[i] = 0
     return redo.size
 

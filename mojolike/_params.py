@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .buffers import as_f32
+from .checks import as_f32, disjoint, shape_of
 from .refusals import refuse
 
 
@@ -79,7 +79,9 @@ class Registry:
         items, self.listed = as_list(entry, "params", params)
         name = (lambda i: f"params[{i}]") if self.listed else (lambda i: "params")
         self.views = [as_f32(entry, name(i), p, writable=True) for i, p in enumerate(items)]
-        self.shapes = [np.asarray(p).shape for p in items]
+        self._names = [name(i) for i in range(len(items))]
+        disjoint(entry, list(zip(self._names, self.views)))
+        self.shapes = [shape_of(p) for p in items]
         self.sizes = [v.size for v in self.views]
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         # the caller's own objects, to notice a resize or reallocation under the registry
@@ -130,9 +132,11 @@ class Registry:
         name = (lambda i: f"grads[{i}]") if listed else (lambda i: "grads")
         views = [as_f32(self.entry, name(i), g, writable=writable) for i, g in enumerate(items)]
         for i, (g, shape) in enumerate(zip(items, self.shapes)):
-            if np.asarray(g).shape != shape:
-                refuse(self.entry, name(i), f"has shape {np.asarray(g).shape} but its parameter has "
+            if shape_of(g) != shape:
+                refuse(self.entry, name(i), f"has shape {shape_of(g)} but its parameter has "
                                             f"shape {shape}")
+        disjoint(self.entry, [(name(i), v) for i, v in enumerate(views)]
+                 + list(zip(self._names, self.views)))
         flat = views[0] if len(views) == 1 else end_to_end(views)
         if flat is not None and (not writable or flat.flags.writeable):
             return flat, None

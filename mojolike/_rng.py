@@ -29,17 +29,16 @@ from __future__ import annotations
 
 import math
 import threading
-from fractions import Fraction
 from typing import NamedTuple
 
 import numpy as np
 
-from . import registry
+from . import checks, fallbacks, registry
 from ._crmath import UNDECIDED
-from .buffers import as_f32
+from .checks import as_f32, shape_of
 from .oracles import codec, f32
 from .oracles import rng as spec
-from .refusals import refuse, refuse_unknown_keywords
+from .refusals import refuse
 
 TWO64 = spec.TWO64
 FAMILY = "rng"
@@ -52,86 +51,51 @@ _DROPOUT_TORCH = {
 }
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
 def _u64(entry: str, name: str, v, what: str = "an integer in [0, 2^64)") -> int:
-    if not _is_int(v) or not 0 <= int(v) < TWO64:
-        refuse(entry, f"{name}={v!r}", f"must be {what}")
-    return int(v)
+    return checks.integer(entry, name, v, low=0, high=TWO64 - 1, what=what)
 
 
 def _f32(entry: str, name: str, v) -> float:
     """The binary32 value nearest the real v (an int or Fraction is rounded once, exactly)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, Fraction, np.integer,
-                                                             np.floating)):
-        refuse(entry, name, f"must be a real number, got {v!r}")
-    if isinstance(v, (int, np.integer, Fraction)):
-        r = f32.round_fraction(Fraction(int(v)) if isinstance(v, np.integer) else Fraction(v))
-    else:
-        if not math.isfinite(float(v)):
-            refuse(entry, f"{name}={v!r}", "is not finite; only finite values are covered")
-        r = f32.round_float(float(v))
-    if math.isinf(r):
-        refuse(entry, f"{name}={v!r}", "overflows float32")
-    return r + 0.0  # a zero is +0
+    return checks.real32(entry, name, v)
 
 
 def _shape(entry: str, shape) -> tuple[tuple[int, ...], int]:
-    dims = (shape,) if _is_int(shape) else shape
-    if not isinstance(dims, (tuple, list)):
-        refuse(entry, f"shape={shape!r}", "must be a positive integer or a tuple of them")
-    for d in dims:
-        if not _is_int(d) or d < 1:
-            refuse(entry, f"shape={shape!r}", f"has dimension {d!r}; every dimension must be a "
-                                              f"positive integer")
-    return tuple(int(d) for d in dims), math.prod(int(d) for d in dims)
+    return checks.shape(entry, "shape", shape)
 
 
 def _std(entry: str, name: str, v) -> float:
-    """A standard deviation: a finite real >= 0, rounded to binary32 (refused below 0 before rounding)."""
-    r = _f32(entry, name, v)
-    if v < 0:
-        refuse(entry, f"{name}={v!r}", "is negative; a standard deviation must be >= 0")
-    return r
+    """A standard deviation: a finite real >= 0 (refused below 0 before rounding, so -1e-46
+    is refused rather than taken as -0.0), rounded to binary32."""
+    if checks.exact(entry, name, v) < 0:
+        refuse(entry, name, "is negative; a standard deviation must be >= 0", value=v)
+    return checks.real32(entry, name, v)
 
 
 def _fan(entry: str, name: str, v) -> int:
-    if not _is_int(v) or int(v) < 1:
-        refuse(entry, f"{name}={v!r}", "must be a positive integer (a count of inputs or outputs)")
-    return int(v)
+    return checks.integer(entry, name, v, low=1, what="a positive integer, a count of inputs or "
+                                                      "outputs")
 
 
 def _gain(entry: str, gain) -> float:
     """A given gain: a finite real >= 0, rounded to binary32."""
     if gain is None:
-        refuse(entry, "gain=None", "must be a real number >= 0 here (only the kaiming "
-                                   "initializers have a default, sqrt(2))")
-    g = _f32(entry, "gain", gain)
-    if gain < 0:
-        refuse(entry, f"gain={gain!r}", "is negative; a gain must be >= 0 (the sign of a "
-                                        "symmetric draw carries no information)")
-    return g
+        refuse(entry, "gain", "must be a real number >= 0 here (only the kaiming initializers have "
+                              "a default, sqrt(2))", value=None)
+    return checks.real32(entry, "gain", gain, low=0.0, what=">= 0 (the sign of a symmetric draw "
+                                                            "carries no information)")
 
 
 def _positions(entry: str, offset, n: int) -> int:
     offset = _u64(entry, "offset", offset, "a non-negative integer below 2^64")
     if offset + n > TWO64:
-        refuse(entry, f"offset={offset}", f"with {n} elements runs past stream position 2^64; a "
-                                          f"draw covers positions below 2^64 only")
+        refuse(entry, "offset", f"with {n} elements runs past stream position 2^64; a draw covers "
+                                f"positions below 2^64 only", value=offset)
     return offset
 
 
 def _dropout_p(entry: str, p) -> float:
-    if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)):
-        refuse(entry, "p", f"must be a real number in [0, 1), got {p!r}")
-    if not (math.isfinite(float(p)) and 0.0 <= float(p) < 1.0):
-        refuse(entry, f"p={p!r}", "must be finite and in [0, 1)")
-    r = f32.round_float(float(p)) + 0.0
-    if r >= 1.0:
-        refuse(entry, f"p={p!r}", "rounds to 1.0 in float32; it must be in [0, 1) as a float32 value")
-    return r
+    return checks.real32(entry, "p", p, low=0.0, high=1.0, high_open=True, what="in [0, 1)")
 
 
 class DropoutKey(NamedTuple):
@@ -186,7 +150,7 @@ class Generator:
     """
 
     def __init__(self, seed, *, backend=None, numeric_mode=None, **unknown):
-        refuse_unknown_keywords(_GEN, unknown, ("seed", "backend", "numeric_mode"))
+        checks.keywords(_GEN, unknown, ("seed", "backend", "numeric_mode"))
         self._seed = _u64(_GEN, "seed", seed)
         registry.resolve(_GEN, backend, numeric_mode)  # refuse an unknown name now, not at a draw
         self._backend, self._mode = backend, numeric_mode
@@ -225,27 +189,29 @@ class Generator:
     def _kernels(self, entry: str):
         return registry.kernels(entry, FAMILY, self._backend, self._mode)
 
-    def next_stream(self) -> int:
+    def next_stream(self, **unknown) -> int:
         """The current stream counter s; increments it (the stream is then the caller's)."""
-        return self._take(f"{_GEN}.next_stream", self._stream(f"{_GEN}.next_stream", None))
+        e = f"{_GEN}.next_stream"
+        checks.keywords(e, unknown, ())
+        return self._take(e, self._stream(e, None))
 
-    def state_dict(self) -> dict:
+    def state_dict(self, **unknown) -> dict:
         """{'seed': seed, 'counter': s}: the whole state."""
+        checks.keywords(f"{_GEN}.state_dict", unknown, ())
         return {"seed": self._seed, "counter": self._counter}
 
-    def load_state_dict(self, state) -> None:
+    def load_state_dict(self, state, **unknown) -> None:
         """Restore a `state_dict()` (seed and counter; counter 2^64 is an exhausted generator)."""
         entry = f"{_GEN}.load_state_dict"
+        checks.keywords(entry, unknown, ("state",))
         if not isinstance(state, dict) or set(state) != {"seed", "counter"}:
-            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            got = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
             refuse(entry, "state", f"must be a dict with exactly the keys 'seed' and 'counter', "
                                    f"got {got}")
         seed = _u64(entry, "seed", state["seed"])
-        c = state["counter"]
-        if not _is_int(c) or not 0 <= int(c) <= TWO64:
-            refuse(entry, f"counter={c!r}", "must be an integer in [0, 2^64]")
+        c = checks.integer(entry, "counter", state["counter"], low=0, high=TWO64)
         with self._lock:
-            self._seed, self._counter = seed, int(c)
+            self._seed, self._counter = seed, c
 
     def uniform(self, shape, low=0.0, high=1.0, *, stream=None, offset=0, **unknown) -> np.ndarray:
         """A float32 array of `shape`: low + (high - low) u, u = (w >> 8) 2^-24 (clause 3).
@@ -258,11 +224,11 @@ class Generator:
         [[0.9091942310333252, 0.5003043413162231], [-0.7716453075408936, -0.8286843299865723]]
         """
         entry = f"{_GEN}.uniform"
-        refuse_unknown_keywords(entry, unknown, ("shape", "low", "high", "stream", "offset"))
+        checks.keywords(entry, unknown, ("shape", "low", "high", "stream", "offset"))
         dims, n = _shape(entry, shape)
         lo, hi = _f32(entry, "low", low), _f32(entry, "high", high)
         if lo > hi:
-            refuse(entry, f"low={low!r}", f"is above high={high!r}; uniform needs low <= high")
+            refuse(entry, "low", f"is above high={high!r}; uniform needs low <= high", value=low)
         if math.isinf(f32.sub(hi, lo)):
             refuse(entry, "high - low", f"overflows float32 (low={low!r}, high={high!r}); the "
                                          f"width of the range must be a finite float32 value")
@@ -273,7 +239,7 @@ class Generator:
         offset = _positions(entry, offset, n)
         s = self._stream(entry, stream)
         k = self._kernels(entry)
-        out = np.empty(dims, np.float32)
+        out = checks.empty(entry, "shape", dims)
         s = self._take(entry, s)
         key0, key1 = spec.key_of(self._seed)
         k.uniform_into(key0, key1, s, offset, np.float32(lo), np.float32(hi), out.reshape(-1))
@@ -299,7 +265,7 @@ class Generator:
         [[9.691195487976074, 9.758965492248535]]
         """
         entry = f"{_GEN}.normal"
-        refuse_unknown_keywords(entry, unknown, ("shape", "mean", "std", "stream", "offset"))
+        checks.keywords(entry, unknown, ("shape", "mean", "std", "stream", "offset"))
         dims, n = _shape(entry, shape)
         mu, sd = _f32(entry, "mean", mean), _std(entry, "std", std)
         return self._normal(entry, dims, n, mu, sd, stream, offset)
@@ -310,7 +276,7 @@ class Generator:
         offset = _positions(entry, offset, n)
         s = self._stream(entry, stream)
         k = self._kernels(entry)
-        out = np.empty(dims, np.float32)
+        out = checks.empty(entry, "shape", dims)
         s = self._take(entry, s)
         key0, key1 = spec.key_of(self._seed)
         flat = out.reshape(-1)
@@ -330,7 +296,7 @@ class Generator:
         [-0.20190715789794922, 0.7610403299331665, 0.47142553329467773]
         """
         entry = f"{_GEN}.kaiming_uniform"
-        refuse_unknown_keywords(entry, unknown, ("shape", "fan_in", "gain", "stream"))
+        checks.keywords(entry, unknown, ("shape", "fan_in", "gain", "stream"))
         dims, n = _shape(entry, shape)
         fan_in = _fan(entry, "fan_in", fan_in)
         g = None if gain is None else _gain(entry, gain)
@@ -347,7 +313,7 @@ class Generator:
         [0.49556872248649597, -0.4623313844203949]
         """
         entry = f"{_GEN}.kaiming_normal"
-        refuse_unknown_keywords(entry, unknown, ("shape", "fan_in", "gain", "stream"))
+        checks.keywords(entry, unknown, ("shape", "fan_in", "gain", "stream"))
         dims, n = _shape(entry, shape)
         fan_in = _fan(entry, "fan_in", fan_in)
         g = None if gain is None else _gain(entry, gain)
@@ -363,7 +329,7 @@ class Generator:
         [-0.20190715789794922, 0.7610403299331665]
         """
         entry = f"{_GEN}.xavier_uniform"
-        refuse_unknown_keywords(entry, unknown, ("shape", "fan_in", "fan_out", "gain", "stream"))
+        checks.keywords(entry, unknown, ("shape", "fan_in", "fan_out", "gain", "stream"))
         dims, n = _shape(entry, shape)
         fan_in, fan_out = _fan(entry, "fan_in", fan_in), _fan(entry, "fan_out", fan_out)
         bound = spec.xavier_uniform_bound(fan_in, fan_out, _gain(entry, gain))
@@ -377,7 +343,7 @@ class Generator:
         [0.9911374449729919, -0.9246627688407898]
         """
         entry = f"{_GEN}.xavier_normal"
-        refuse_unknown_keywords(entry, unknown, ("shape", "fan_in", "fan_out", "gain", "stream"))
+        checks.keywords(entry, unknown, ("shape", "fan_in", "fan_out", "gain", "stream"))
         dims, n = _shape(entry, shape)
         fan_in, fan_out = _fan(entry, "fan_in", fan_in), _fan(entry, "fan_out", fan_out)
         sd = spec.xavier_normal_std(fan_in, fan_out, _gain(entry, gain))
@@ -385,7 +351,7 @@ class Generator:
 
     def _symmetric(self, entry: str, dims, n: int, bound: float, gain, stream) -> np.ndarray:
         if math.isinf(bound) or math.isinf(f32.add(bound, bound)):
-            refuse(entry, f"gain={gain!r}", f"makes the bound (float32 {bound!r}) or the width "
+            refuse(entry, "gain", f"makes the bound (float32 {bound!r}) or the width "
                                             f"2 * bound overflow float32")
         return self._uniform(entry, dims, n, -bound + 0.0, bound, stream, 0)
 
@@ -407,9 +373,9 @@ class Generator:
                 unknown.pop(name)
             elif name in unknown:
                 refuse(entry, name, reason)
-        refuse_unknown_keywords(entry, unknown, ("x", "p", "offset", "stream"))
+        checks.keywords(entry, unknown, ("x", "p", "offset", "stream"))
         xs = as_f32(entry, "x", x)
-        shape = np.asarray(x).shape
+        shape = shape_of(x)
         pf = _dropout_p(entry, p)
         offset = _positions(entry, offset, xs.size)
         s = self._stream(entry, stream)
@@ -426,14 +392,14 @@ class Generator:
         The key carries its own seed, stream, offset and p; no stream is drawn.
         """
         entry = f"{_GEN}.dropout_backward"
-        refuse_unknown_keywords(entry, unknown, ("dy", "key"))
+        checks.keywords(entry, unknown, ("dy", "key"))
         key = _check_key(entry, key)
         dys = as_f32(entry, "dy", dy)
         if dys.size != key.n:
             refuse(entry, "dy", f"has {dys.size} elements but the key's forward had {key.n}; pass "
                                 f"the gradient of that dropout's output")
         k = self._kernels(entry)
-        dx = np.empty(np.asarray(dy).shape, np.float32)
+        dx = np.empty(shape_of(dy), np.float32)
         self._run_dropout(k, dys, key, dx.reshape(-1))
         return dx
 
@@ -445,34 +411,39 @@ class Generator:
 
 def _finish_normal(out, undecided: int, seed: int, stream: int, offset: int, mean: float,
                    std: float) -> None:
-    """Give the `undecided` UNDECIDED slots of the flat draw `out` the oracle's value."""
+    """Give the `undecided` UNDECIDED slots of the flat draw `out` the oracle's value, reporting
+    each stream position to `fallbacks` (contracts/rng.md: none is ever undecided)."""
     if not undecided:
         return
     idx = np.flatnonzero(out.view(np.uint32) == UNDECIDED)
     if idx.size != undecided:
         raise RuntimeError(f"normal kernels reported {undecided} undecided slots but marked "
                            f"{idx.size}")
+    config = (seed, stream, f32.f32_to_bits(mean), f32.f32_to_bits(std))
     for i in idx.tolist():
-        out[i] = spec.normal_at(seed, stream, offset + i, mean, std)
+        out[i] = v = spec.normal_at(seed, stream, offset + i, mean, std)
+        fallbacks.record("rng", "normal", offset + i, f32.f32_to_bits(v), config)
 
 
 def _check_key(entry: str, key) -> DropoutKey:
     if not isinstance(key, tuple) or len(key) != 5:
-        refuse(entry, "key", f"must be the DropoutKey that dropout returned, got {key!r}")
+        refuse(entry, "key", "must be the DropoutKey that dropout returned", value=key)
     key = DropoutKey(*key)
     _u64(entry, "key.seed", key.seed)
     _u64(entry, "key.stream", key.stream)
-    if not _is_int(key.n) or key.n < 1:
-        refuse(entry, f"key.n={key.n!r}", "must be a positive integer")
+    checks.integer(entry, "key.n", key.n, low=1)
     _positions(entry, key.offset, int(key.n))
     if not (isinstance(key.p, float) and f32.is_f32(key.p) and 0.0 <= key.p < 1.0):
-        refuse(entry, f"key.p={key.p!r}", "must be a float32 value in [0, 1) as a Python float")
+        refuse(entry, "key.p", "must be a float32 value in [0, 1) as a Python float", value=key.p)
     return DropoutKey(int(key.seed), int(key.stream), int(key.offset), key.p + 0.0, int(key.n))
 
 
 def _words(entry: str, name: str, v, counter: bool) -> np.ndarray:
     """32-bit words: a counter (4,) or (n, 4), or a key (2,); any integer dtype with words in range."""
-    a = np.asarray(v)
+    try:
+        a = np.asarray(v)
+    except (TypeError, ValueError, OverflowError) as e:  # ragged lists, huge ints
+        refuse(entry, name, f"is not an array of 32-bit words ({e})")
     if counter:
         ok = a.shape == (4,) or (a.ndim == 2 and a.shape[0] >= 1 and a.shape[1] == 4)
     else:
@@ -501,7 +472,7 @@ def philox4x32_10(counter, key, *, backend=None, numeric_mode=None, **unknown) -
     ...                                    backend="oracle")]
     ['6627e8d5', 'e169c58d', 'bc57ac4c', '9b00dbd8']
     """
-    refuse_unknown_keywords(_PHILOX, unknown, ("counter", "key", "backend", "numeric_mode"))
+    checks.keywords(_PHILOX, unknown, ("counter", "key", "backend", "numeric_mode"))
     c = _words(_PHILOX, "counter", counter, True)
     kw = _words(_PHILOX, "key", key, False)
     k = registry.kernels(_PHILOX, FAMILY, backend, numeric_mode)

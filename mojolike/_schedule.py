@@ -14,17 +14,15 @@ schedule as `lr_schedule=`.
 """
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Mapping
-from fractions import Fraction
 
 import numpy as np
 
+from . import checks, fallbacks
 from .oracles import codec
 from .oracles import schedule as spec
-from .oracles.f32 import f32_to_bits, round_float, round_fraction
-from .refusals import refuse, refuse_unknown_keywords
+from .oracles.f32 import f32_to_bits
+from .refusals import Refusal, refuse
 from .registry import CONTRACT_MODE, check_fp_state, kernels
 
 UNDECIDED = 0x7FA00DAD  # the kernels' mark for a step the fast route could not decide
@@ -37,46 +35,27 @@ _OPTIONS = ("peak_lr", "warmup_steps", "total_steps", "min_lr", "backend", "nume
 
 def finish(kind: int, P: float, M: float, W: int, T: int, t0: int, out: np.ndarray,
            undecided: int) -> int:
-    """Give the `undecided` UNDECIDED slots of out (steps t0, t0 + 1, ...) the oracle's value."""
+    """Give the `undecided` UNDECIDED slots of out (steps t0, t0 + 1, ...) the oracle's value,
+    reporting each step to `fallbacks` with the schedule's config."""
     if undecided:
         idx = np.flatnonzero(out.view(np.uint32) == UNDECIDED)
         assert idx.size == undecided, (idx.size, undecided)
+        config = (f32_to_bits(P), f32_to_bits(M), W, T)
         for i in idx.tolist():
-            out[i] = spec.value(kind, P, M, W, T, t0 + i)
+            out[i] = v = spec.value(kind, P, M, W, T, t0 + i)
+            fallbacks.record("schedule", spec.KINDS[kind], t0 + i, f32_to_bits(v), config)
     return undecided
 
 
 def _rate(entry: str, name: str, x) -> float:
-    """The binary32 value nearest a rate (a Python float), or a refusal by name."""
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        refuse(entry, f"{name}={x!r}", "must be a real number >= 0")
-    if isinstance(x, numbers.Rational):  # ints and Fractions round once, exactly
-        r = Fraction(int(x)) if isinstance(x, numbers.Integral) else Fraction(x)
-        if r < 0:
-            refuse(entry, f"{name}={x!r}", "must be >= 0")
-        v = round_fraction(r)
-    else:
-        d = float(x)
-        if not math.isfinite(d):
-            refuse(entry, f"{name}={x!r}", "must be finite (not NaN or infinite)")
-        if d < 0:
-            refuse(entry, f"{name}={x!r}", "must be >= 0")
-        v = round_float(d)
-    if math.isinf(v):
-        refuse(entry, f"{name}={x!r}", "rounds to infinity in binary32; the largest rate is "
-                                       "3.4028235e+38")
-    return v + 0.0  # -0.0 is +0
+    """The binary32 value nearest a rate >= 0 (ints and Fractions rounded once, exactly)."""
+    return checks.real32(entry, name, x, low=0.0)
 
 
 def _count(entry: str, name: str, x, low: int, what: str) -> int:
-    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-        refuse(entry, f"{name}={x!r}", f"must be an integer >= {what}")
-    x = int(x)
-    if x < low:
-        refuse(entry, f"{name}={x}", f"must be an integer >= {what}")
-    if x > MAX_STEPS:
-        refuse(entry, f"{name}={x}", "is above 2^40, the largest step count the contract covers")
-    return x
+    return checks.integer(entry, name, x, low=low, high=MAX_STEPS,
+                          what=f"an integer >= {what} and at most 2^40, the largest step count the "
+                               f"contract covers")
 
 
 class LRSchedule:
@@ -88,7 +67,7 @@ class LRSchedule:
     def __init__(self, peak_lr, warmup_steps=0, total_steps=None, min_lr=0.0, *, backend=None,
                  numeric_mode=None, **unknown):
         e = self._entry = f"mojolike.{type(self).__name__}"
-        refuse_unknown_keywords(e, unknown, _OPTIONS)
+        checks.keywords(e, unknown, _OPTIONS)
         self.peak_lr = _rate(e, "peak_lr", peak_lr)
         self.min_lr = _rate(e, "min_lr", min_lr)
         self.warmup_steps = W = _count(e, "warmup_steps", warmup_steps, 0, "0")
@@ -106,7 +85,7 @@ class LRSchedule:
         self._args = (self._CODE, np.float32(self.peak_lr), np.float32(self.min_lr), W,
                       self.total_steps or 0)
         self._spec = (self._CODE, self.peak_lr, self.min_lr, W, self.total_steps or 0)
-        self._cache: tuple[int, list] = (-BLOCK, [])  # (first step, values) of the hot block
+        self._cache: tuple[int, list] = (1, [])  # (first step, values) of the hot block
         self._blocks: dict[int, list] = {}  # recent blocks by first step, for scattered steps
 
     # -- values ----------------------------------------------------------------------------
@@ -115,28 +94,24 @@ class LRSchedule:
         finish(*self._spec, t0, out, self._k.schedule_into(*self._args, t0, out))
         return out
 
-    def lr_at(self, t) -> float:
+    def lr_at(self, t, **unknown) -> float:
         """The rate of one-based step t, a Python float (a binary32 value).
 
         Served from a cached block of 4096 consecutive steps, computed in one kernel
         call when t leaves the block: a training loop pays one list lookup per step.
         """
-        if type(t) is int:
+        if type(t) is int and not unknown:
             t0, block = self._cache
             i = t - t0
-            if 0 <= i < 4096:  # BLOCK, spelled as a constant on the hot path
+            if 0 <= i < len(block):  # t0 >= 1, so a hit is a step >= 1
                 return block[i]
-        return self._fill(t)
+        return self._fill(t, unknown)
 
-    def _fill(self, t) -> float:
-        e = f"{self._entry}.lr_at"
-        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
-            refuse(e, f"t={t!r}", "must be an integer step >= 1 (steps are one-based)")
-        t = int(t)
-        if t < 1:
-            refuse(e, f"t={t}", "must be an integer step >= 1 (steps are one-based)")
-        if t > MAX_STEPS:
-            refuse(e, f"t={t}", "is above 2^40, the largest step the contract covers")
+    def _fill(self, t, unknown=None, entry: str = "lr_at") -> float:
+        e = f"{self._entry}.{entry}"
+        checks.keywords(e, unknown or {}, ("t",))
+        t = checks.integer(e, "t", t, low=1, high=MAX_STEPS,
+                           what="an integer step in [1, 2^40] (steps are one-based)")
         t0 = (t - 1) // BLOCK * BLOCK + 1  # aligned, so that scattered steps share blocks
         block = self._blocks.get(t0)
         if block is None:
@@ -147,46 +122,50 @@ class LRSchedule:
         self._cache = (t0, block)  # one assignment: a reader sees an old or a new pair, never a mix
         return block[t - t0]
 
-    def lr_values(self, n) -> np.ndarray:
+    def lr_values(self, n, **unknown) -> np.ndarray:
         """The float32 array of the rates of steps 1..n."""
         e = f"{self._entry}.lr_values"
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-            refuse(e, f"n={n!r}", "must be an integer >= 1")
-        if n > MAX_STEPS:
-            refuse(e, f"n={n}", "is above 2^40, the largest step count the contract covers")
-        return self._into(1, np.empty(int(n), np.float32))
+        checks.keywords(e, unknown, ("n",))
+        n = checks.integer(e, "n", n, low=1, high=MAX_STEPS, what="an integer in [1, 2^40]")
+        checks.shape(e, "n", n)  # refused before allocating when it cannot fit in memory
+        return self._into(1, checks.empty(e, "n", n))
 
-    def bits_at(self, t) -> int:
+    def bits_at(self, t, **unknown) -> int:
         """The binary32 bit pattern of lr_at(t)."""
-        return f32_to_bits(self.lr_at(t))
+        return f32_to_bits(self._fill(t, unknown, "bits_at"))
 
     # -- configuration ---------------------------------------------------------------------
-    def config(self) -> dict:
+    def config(self, **unknown) -> dict:
         """The schedule as a plain dict (rates as their binary32 values); from_config inverts it."""
+        checks.keywords(f"{self._entry}.config", unknown, ())
         return {"kind": self.kind, "peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps,
                 "total_steps": self.total_steps, "min_lr": self.min_lr}
 
     @classmethod
-    def from_config(cls, d, *, backend=None, numeric_mode=None) -> LRSchedule:
+    def from_config(cls, d, *, backend=None, numeric_mode=None, **unknown) -> LRSchedule:
         """The schedule `d` describes (as config() returns it); on LRSchedule, of d's kind."""
         e = f"mojolike.{cls.__name__}.from_config"
+        checks.keywords(e, unknown, ("d", "backend", "numeric_mode"))
         if not isinstance(d, Mapping):
             refuse(e, "d", f"must be a dict as config() returns, got {type(d).__name__}")
-        unknown = sorted(str(k) for k in d if k not in _KEYS)
-        if unknown:
-            refuse(e, f"config key {', '.join(unknown)}",
-                   f"is not a schedule setting; the keys are {', '.join(_KEYS)}")
+        extra = sorted(str(k) for k in d if k not in _KEYS)
+        if extra:
+            refuse(e, ", ".join(extra), f"is not a config key of a schedule; the keys are "
+                                        f"{', '.join(_KEYS)}")
         kind = d.get("kind", cls.kind or None)
         target = _BY_KIND.get(kind) if isinstance(kind, str) else None
         if target is None:
-            refuse(e, f"kind={kind!r}", f"is not a schedule kind; choose one of {', '.join(_BY_KIND)}")
+            refuse(e, "kind", f"is not a schedule kind; choose one of {', '.join(_BY_KIND)}", value=kind)
         if cls is not LRSchedule and target is not cls:
-            refuse(e, f"kind={kind!r}", f"is not {cls.__name__}'s kind ({cls.kind!r}); use "
-                                        f"mojolike.{target.__name__}.from_config")
+            refuse(e, "kind", f"is not {cls.__name__}'s kind ({cls.kind!r}); use "
+                              f"mojolike.{target.__name__}.from_config", value=kind)
         if "peak_lr" not in d:
-            refuse(e, "config key peak_lr", "is missing")
+            refuse(e, "peak_lr", "is missing from the config")
         args = {k: v for k, v in d.items() if k != "kind"}
-        return target(**args, backend=backend, numeric_mode=numeric_mode)
+        try:
+            return target(**args, backend=backend, numeric_mode=numeric_mode)
+        except Refusal as r:  # a bad value in the config: refused under this entry point's name
+            raise r.at(e) from None
 
     def __repr__(self) -> str:
         mode = "" if self.numeric_mode == CONTRACT_MODE else f", numeric_mode={self.numeric_mode!r}"

@@ -1,10 +1,17 @@
 """The `mojolike` command: certify backends, compare cards, list backends.
 
     mojolike certify [--backend NAME|all] [--suite NAME|all] [--out DIR] [--json]
+                     [--update-reference]
     mojolike compare A B          (two cards, or two folders of cards)
     mojolike backends
 
-`certify` exits 1 when any clause fails, 2 on a usage error or an unavailable backend.
+Exit codes:
+  certify  0 every clause holds (and, with --update-reference, every reference was
+           written); 1 a clause fails or a reference was not written; 2 a usage error,
+           an unavailable backend, or --update-reference without the backends it needs
+           (oracle, cpu-numba, cpu-cffi, and cuda-sim where it runs).
+  compare  0 the cards are the same; 1 valid cards differ (or a card is in only one
+           folder); 2 a card is invalid (the file and line are named) or a usage error.
 """
 from __future__ import annotations
 
@@ -44,29 +51,61 @@ def _choose_backends(name: str) -> tuple[list[str], list[registry.BackendInfo]]:
     return [name], []
 
 
-def _update_reference(suite, runs) -> str:
+def reference_backends() -> list[str]:
+    """The backends that must agree before a reference card is written: the oracle, both CPU
+    backends, and the CUDA kernels under the simulator wherever the simulator runs."""
+    sim = {b.name: b for b in registry.backends()}["cuda-sim"]
+    return ["oracle", "cpu-numba", "cpu-cffi"] + (["cuda-sim"] if sim.available else [])
+
+
+def _missing_reference_backends(names: list[str]) -> list[str]:
+    return [b for b in reference_backends() if b not in names]
+
+
+def _update_reference(suite, runs) -> tuple[bool, str]:
+    """Write `cards/<suite>.card` and its meta when the required backends ran, their cards
+    agree and every clause holds; (written, a sentence saying what happened)."""
     from .cards import reference_path
-    from .contracts import cardformat
+    from .contracts import cardformat, harness, provenance
+    missing = _missing_reference_backends([r.backend for r in runs])
     bad = [f"{r.backend} {k}" for r in runs for k, c in r.clauses.items() if k != "b" and c.status == "fail"]
+    bad += [f"suite {k}" for k, c in (runs[0].suite_clauses if runs else {}).items() if c.status == "fail"]
     cards_differ = len({r.card for r in runs}) > 1
-    if bad or cards_differ or not runs:
-        return (f"reference for {suite.NAME} not updated: "
-                + ("cards differ between backends" if cards_differ else "failing clauses " + ", ".join(bad)))
+    if missing or bad or cards_differ:
+        why = ("backends " + ", ".join(missing) + " did not run" if missing
+               else "cards differ between backends" if cards_differ
+               else "failing clauses " + ", ".join(bad))
+        return False, f"reference for {suite.NAME} not updated: {why}"
     path = reference_path(suite.NAME)
-    old = path.read_text() if path.exists() else None
-    cardformat.write_atomic(path, runs[0].card)
+    old, old_note = None, ""
+    if path.exists():
+        try:
+            old = cardformat.read(path).text
+        except cardformat.CardError as e:
+            old, old_note = path.read_text(errors="replace"), f"; the old card was not valid ({e})"
+    first = runs[0]
+    cardformat.write_atomic(path, first.card)
+    cuda = next((r for r in runs if r.backend == "cuda"), None)
+    cffi = next(r for r in runs if r.backend == "cpu-cffi")
     cardformat.write_json_atomic(path.with_name(f"{suite.NAME}.meta.json"), {
-        "suite": suite.NAME, "profile": suite.PROFILE, "card_md5": runs[0].card_md5,
-        "records": runs[0].records, "cases": runs[0].cases,
+        "suite": suite.NAME, "profile": suite.PROFILE, "card_md5": first.card_md5,
+        "records": first.records, "cases": first.cases,
         "backends": {r.backend: {"cells_compared": r.cells_compared,
+                                 "numeric_mode": registry.mode_label(r.numeric_mode),
+                                 "threads": r.threads,
                                  "clauses": {k: c.status for k, c in r.clauses.items() if k != "b"}}
-                     for r in runs}})
+                     for r in runs},
+        "suite_clauses": {k: c.status for k, c in first.suite_clauses.items()},
+        "versions": provenance.versions(), "host": provenance.host(),
+        "compiler": provenance.compiler(cffi.details),
+        **({"cuda": provenance.cuda_device()} if cuda else {}),
+        "gpu": harness.gpu_status(suite.NAME, path.parent)})
     for r in runs:
         r.clauses["b"].detail += f"; written as the reference card {path.name}"
     if old is None:
-        return f"reference {path} written (md5 {runs[0].card_md5})"
-    n = cardformat.count_differing_records(old, runs[0].card)
-    return f"reference {path} updated: {n} records changed (md5 {runs[0].card_md5})"
+        return True, f"reference {path} written (md5 {first.card_md5})"
+    n = cardformat.count_differing_records(old, first.card)
+    return True, f"reference {path} updated: {n} records changed (md5 {first.card_md5}){old_note}"
 
 
 def certify(args) -> int:
@@ -76,20 +115,33 @@ def certify(args) -> int:
         raise SystemExit(f"mojolike certify: --suite {args.suite!r} is not a suite; choose one of "
                          f"{', '.join(SUITES)} or all")
     suites = SUITES if args.suite == "all" else (args.suite,)
+    missing = _missing_reference_backends(names) if args.update_reference else []
+    if missing:
+        info = {b.name: b for b in registry.backends()}
+        print("mojolike certify: --update-reference needs " + ", ".join(reference_backends())
+              + " to agree; missing: " + ", ".join(
+                  f"{b} (not selected by --backend {args.backend})" if info[b].available
+                  else f"{b} (cannot run here: {info[b].reason})" for b in missing), file=sys.stderr)
+        return 2
     out_dir = Path(args.out)
-    all_runs, notes = [], []
+    all_runs, notes, suite_clauses, written = [], [], {}, True
     for sname in suites:
         suite = harness.suite_module(sname)
         runs = [harness.run(suite, b, progress=_progress) for b in names]
         harness.finish_cross_backend(runs, against_reference=not args.update_reference)
         if args.update_reference:
-            notes.append(_update_reference(suite, runs))
+            done, note = _update_reference(suite, runs)
+            written &= done
+            notes.append(note)
         for r in runs:
             harness.write(r, out_dir)
         all_runs += runs
-    ok = all(r.ok for r in all_runs)
+        suite_clauses[sname] = runs[0].suite_clauses if runs else {}
+    ok = all(r.ok for r in all_runs) and written
     if args.json:
         print(json.dumps({"ok": ok, "out": str(out_dir), "runs": [harness.meta(r) for r in all_runs],
+                          "suites": {s: {k: {"status": c.status, "detail": c.detail}
+                                         for k, c in cl.items()} for s, cl in suite_clauses.items()},
                           "unavailable": {b.name: b.reason for b in skipped}, "notes": notes},
                          indent=2, sort_keys=True))
         return 0 if ok else 1
@@ -98,12 +150,19 @@ def certify(args) -> int:
         rows.append([r.suite, r.backend, str(r.records), str(r.cells_compared),
                      " ".join(f"{k}:{c.status}" for k, c in r.clauses.items()), r.card_md5])
     print(_table(rows))
+    for s, cl in suite_clauses.items():
+        print(f"{s}: " + " ".join(f"{k}:{c.status}" for k, c in cl.items())
+              + " (negative controls: oracle variants, computed once per suite)")
     for b in skipped:
         print(f"not run: {b.name} ({b.reason})")
     for r in all_runs:
         for k, c in r.clauses.items():
             if c.status == "fail":
                 print(f"FAIL {r.suite} {r.backend} ({k}): {c.detail}")
+    for s, cl in suite_clauses.items():
+        for k, c in cl.items():
+            if c.status == "fail":
+                print(f"FAIL {s} ({k}, once per suite): {c.detail}")
     for n in notes:
         print(n)
     print(f"cards and meta in {out_dir}/<backend>/; {'all clauses hold' if ok else 'some clauses FAIL'}")
@@ -115,30 +174,35 @@ def _card_files(p: Path) -> dict[str, Path]:
 
 
 def compare(args) -> int:
-    from .contracts.cardformat import first_difference, md5_text
+    from .contracts.cardformat import CardError, first_difference, read
     a, b = Path(args.a), Path(args.b)
     if a.is_file() and b.is_file():
-        pairs = {a.name: (a, b)}
+        fa, fb = {a.name: a}, {a.name: b}
     elif a.is_dir() and b.is_dir():
         fa, fb = _card_files(a), _card_files(b)
-        missing = sorted(set(fa) ^ set(fb))
-        if missing:
-            print(f"differ: {missing[0]} is in only one of the folders")
-            return 1
-        pairs = {k: (fa[k], fb[k]) for k in fa}
-        if not pairs:
+        if not fa and not fb:
             print(f"no cards under {a} and {b}")
             return 2
     else:
         print("mojolike compare: give two card files or two folders of cards", file=sys.stderr)
         return 2
-    for name, (x, y) in pairs.items():
-        diff = first_difference(x.read_text(), y.read_text())
+    try:  # every card is verified before any verdict: two equal broken files are not "same"
+        ca = {k: read(p) for k, p in fa.items()}
+        cb = {k: read(p) for k, p in fb.items()}
+    except CardError as e:
+        print(f"mojolike compare: invalid card: {e}", file=sys.stderr)
+        return 2
+    missing = sorted(set(ca) ^ set(cb))
+    if missing:
+        print(f"differ: {missing[0]} is in only one of the folders")
+        return 1
+    for name in ca:
+        diff = first_difference(ca[name].text, cb[name].text)
         if diff:
             print(f"differ: {name}: {diff}")
             return 1
-    for name, (x, _) in pairs.items():
-        print(f"same: {name} md5={md5_text(x.read_text())}")
+    for name, card in ca.items():
+        print(f"same: {name} md5={card.md5}")
     return 0
 
 
@@ -161,7 +225,8 @@ def main(argv=None) -> int:
     c.add_argument("--out", default="cards-out", help="output folder (default ./cards-out)")
     c.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
     c.add_argument("--update-reference", action="store_true",
-                   help="write the committed reference cards (only when every backend agrees)")
+                   help="write the committed reference cards (only when oracle, cpu-numba, cpu-cffi "
+                        "and cuda-sim where it runs agree and every clause holds)")
     c.set_defaults(func=certify)
     m = sub.add_parser("compare", help="compare two cards or two folders of cards")
     m.add_argument("a")

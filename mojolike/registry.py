@@ -170,7 +170,7 @@ def _pick(entry: str, option: str, value, env: str, default: str, choices: tuple
         value, option = os.environ[env], env
     value = default if value is None else value
     if value not in choices:
-        refuse(entry, f"{option}={value!r}", f"is not {what}; choose one of {', '.join(choices)}")
+        refuse(entry, option, f"is not {what}; choose one of {', '.join(choices)}", value=value)
     return value
 
 
@@ -181,8 +181,8 @@ def resolve(entry: str, backend: str | None, numeric_mode: str | None) -> tuple[
     numeric_mode = _pick(entry, "numeric_mode", numeric_mode, "MOJOLIKE_NUMERIC_MODE", DEFAULT_MODE,
                          MODES, "a numeric mode")
     if backend == "oracle" and numeric_mode != CONTRACT_MODE:
-        refuse(entry, f"numeric_mode={numeric_mode!r}",
-               "has no oracle; the oracle defines the identical mode only")
+        refuse(entry, "numeric_mode", "has no oracle; the oracle defines the identical mode only",
+               value=numeric_mode)
     return backend, numeric_mode
 
 
@@ -208,7 +208,7 @@ def kernels(entry: str, family: str, backend: str | None = None, numeric_mode: s
             if k is None:
                 ok, why = _cached_status(backend)  # probes only this backend (no GPU probe for CPU calls)
                 if not ok:
-                    raise BackendUnavailable(entry, f"backend={backend!r}", f"cannot run here: {why}")
+                    raise BackendUnavailable(entry, "backend", f"cannot run here: {why}", value=backend)
                 if backend == "cuda-sim" and not simulator_process():
                     from .native.cuda.simworker import proxy
                     k = proxy(family, mode)
@@ -251,9 +251,9 @@ def check_label(entry: str, k, backend: str, mode: str) -> None:
     got = (getattr(k, "backend", None), getattr(k, "numeric_mode", None))
     if got != (backend, mode):
         raise BackendUnavailable(
-            entry, f"backend={backend!r}",
-            f"loaded kernels report backend={got[0]!r} numeric_mode={got[1]!r}, "
-            f"not {backend!r} / {mode!r}; refusing to return bits under the wrong label")
+            entry, "backend", f"loaded kernels report backend={got[0]!r} numeric_mode={got[1]!r}, "
+            f"not {backend!r} / {mode!r}; refusing to return bits under the wrong label",
+            value=backend)
 
 
 def backend_used() -> str | None:

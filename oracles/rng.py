@@ -198,7 +198,8 @@ def normal(seed: int, stream: int, n: int, mean: float = 0.0, std: float = 1.0,
     the position (not i) chooses the pair and cos or sin, so a split draw with
     offsets equals the unsplit draw.
     """
-    mu, sd = f32.round_float(float(mean)), f32.round_float(float(std))
+    # clause 4: a -0.0 mean is taken as +0.0 (so mean + std * -0 is +0, as the public draw gives)
+    mu, sd = f32.round_float(float(mean)) + 0.0, f32.round_float(float(std))
     return normal_values(key_of(seed), stream, offset, n, mu, sd)
 
 

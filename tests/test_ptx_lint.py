@@ -1,5 +1,6 @@
 """PTX lint: every CUDA kernel compiles (cc 9.0, no GPU needed) to round-to-nearest
-float instructions only: no fma, no .approx, no .ftz.
+float instructions only: no fma, no .approx, no .ftz, whether or not the instruction is
+guarded by a predicate (`@%p1 ...`, `@!%p2 ...`).
 
 CI sets MOJOLIKE_REQUIRE_PTX_LINT=1, so there a missing NVRTC/NVVM fails instead of skipping.
 """
@@ -12,16 +13,32 @@ import pytest
 
 from mojolike.registry import simulator_process
 
-FLOAT_OP = re.compile(r"^\s*(?:@%p\d+\s+)?(add|sub|mul|div|sqrt|fma|mad|rcp|rsqrt|ex2|lg2)((?:\.\w+)*)\.(f16|bf16|f32|f64)\b",
-                      re.MULTILINE)
+# one PTX statement, with any guard predicate: `@%p1`, `@!%p2`, `@%r3`
+FLOAT_OP = re.compile(r"(?:@!?%[\w$]+\s+)?(add|sub|mul|div|sqrt|fma|mad|rcp|rsqrt|ex2|lg2)((?:\.\w+)*)"
+                      r"\.(f16|bf16|f32|f64)\b")
+
+
+def statements(ptx: str) -> list[str]:
+    """Every PTX statement, one per item: comments dropped, lines split at `;` and braces
+    (inline PTX puts several statements on one line)."""
+    out = []
+    for line in ptx.splitlines():
+        for part in re.split(r"[;{}]", line.split("//", 1)[0]):
+            if part.strip():
+                out.append(part.strip())
+    return out
+
+
+def float_ops(ptx: str) -> list[re.Match]:
+    return [m for m in map(FLOAT_OP.match, statements(ptx)) if m]
 
 
 def lint(ptx: str) -> list[str]:
     """Problems in a PTX text; empty when every float op is a plain .rn add/sub/mul/div/sqrt."""
     problems = []
-    for m in FLOAT_OP.finditer(ptx):
+    for m in float_ops(ptx):
         op, mods = m.group(1), m.group(2).split(".")
-        line = m.group(0).strip()
+        line = m.string
         if op in ("fma", "mad", "rcp", "rsqrt", "ex2", "lg2"):
             problems.append(f"{op} instruction: {line}")
         elif "rn" not in mods:
@@ -54,7 +71,7 @@ def cuda_kernels():
 @pytest.mark.parametrize("name,fn,sig", cuda_kernels(), ids=lambda v: v if isinstance(v, str) else "")
 def test_every_cuda_kernel_compiles_to_round_to_nearest_float_ops_only(name, fn, sig):
     ptx = compile_ptx(fn, sig)
-    assert FLOAT_OP.search(ptx), f"{name}: no float instruction found; is the lint reading this PTX?"
+    assert float_ops(ptx), f"{name}: no float instruction found; is the lint reading this PTX?"
     problems = lint(ptx)
     assert not problems, f"{name}:\n" + "\n".join(problems)
 
@@ -67,3 +84,48 @@ def test_the_lint_catches_a_contracted_multiply_add():
 
     ptx = compile_ptx(contracted, void(float32[::1], float32[::1]))
     assert any("fma" in p for p in lint(ptx)), ptx[-800:]
+
+
+def test_the_lint_catches_a_predicated_fused_multiply_add():
+    # LLVM's NVPTX backend branches or selects (selp) around a conditional a*b + c rather than
+    # predicating it, so the guarded fma comes from inline PTX, compiled like any kernel.
+    from llvmlite import ir
+    from numba import float32, types, void
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def guarded_fma(typingctx, a, b, c):
+        def codegen(context, builder, signature, args):
+            f = ir.FloatType()
+            return builder.asm(ir.FunctionType(f, [f, f, f]),
+                               "{ .reg .pred %pg; setp.gt.f32 %pg, $3, 0f00000000; mov.f32 $0, $3;\n"
+                               "@!%pg fma.rn.f32 $0, $1, $2, $3; }", "=f,f,f,f", args, side_effect=False)
+        return types.float32(types.float32, types.float32, types.float32), codegen
+
+    def predicated(a, out):
+        out[0] = guarded_fma(a[0], a[1], a[2])
+
+    ptx = compile_ptx(predicated, void(float32[::1], float32[::1]))
+    assert "@!%pg fma.rn.f32" in ptx, ptx[-800:]
+    assert [p for p in lint(ptx) if p.startswith("fma instruction: @!%pg fma.rn.f32")], lint(ptx)
+
+
+@pytest.mark.parametrize("guarded,problem", [
+    ("@!%p1 fma.rn.f32 %f4, %f1, %f2, %f3;", "fma instruction"),
+    ("@%p2 fma.rn.f32 %f4, %f1, %f2, %f3;", "fma instruction"),
+    ("@%r3 mad.rn.f64 %fd4, %fd1, %fd2, %fd3;", "mad instruction"),
+    ("@!%p7 add.f32 %f4, %f1, %f2;", "no .rn"),
+    ("{ .reg .pred %q; @%q rcp.rn.f32 %f2, %f1; }", "rcp instruction"),
+    ("\t@%p1 sqrt.approx.f32 %f2, %f1;", ".approx"),
+    ("add.rn.ftz.f32 %f3, %f1, %f2; // ftz", ".ftz"),
+])
+def test_the_lint_reads_guarded_instructions_in_literal_ptx(guarded, problem):
+    ptx = f"ld.global.f32 %f1, [%rd1];\n\t{guarded}\n@%p1 bra $L__BB0_2;\nadd.rn.f32 %f9, %f1, %f1;\n"
+    found = lint(ptx)
+    assert any(p.startswith(problem) for p in found), found
+    assert len(float_ops(ptx)) == 2
+
+
+def test_the_lint_passes_guarded_round_to_nearest_adds_and_branches():
+    ptx = "@%p1 bra $L__BB0_2;\n@!%p2 add.rn.f32 %f3, %f1, %f2;\nselp.f32 %f4, %f3, %f1, %p1;\n"
+    assert lint(ptx) == [] and len(float_ops(ptx)) == 1

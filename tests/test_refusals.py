@@ -104,6 +104,12 @@ def test_a_c_module_built_for_another_mode_is_refused_by_the_loader():
         def mj_build_flags(self):
             return b"-O3 -ffast-math"
 
+        def mj_compile_command(self):
+            return b"/usr/bin/cc -O3 -ffast-math -fPIC -c mojolike_c.c -o mojolike_c.o"
+
+        def mj_link_command(self):
+            return b"/usr/bin/cc -shared mojolike_c.o -o mojolike_c.so"
+
     class FakeFFI:
         @staticmethod
         def string(b):

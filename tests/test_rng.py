@@ -292,7 +292,7 @@ REFUSALS = [
     ("float64 dy", lambda g: g.dropout_backward(np.float64([1, 2, 3]), KEY), "dy"),
     ("not a key", lambda g: g.dropout_backward(X, (1, 2)), "key"),
     ("key with p outside [0, 1)", lambda g: g.dropout_backward(X, KEY._replace(p=1.0)), "key.p"),
-    ("unknown backward keyword", lambda g: g.dropout_backward(X, KEY, p=0.5), "keyword p"),
+    ("unknown backward keyword", lambda g: g.dropout_backward(X, KEY, p=0.5), "p is not a keyword"),
     ("state without counter", lambda g: g.load_state_dict({"seed": 1}), "state"),
     ("counter beyond 2^64", lambda g: g.load_state_dict({"seed": 1, "counter": 2**64 + 1}), "counter"),
     ("float counter", lambda g: philox4x32_10(np.float32([0, 0, 0, 0]), np.uint32([0, 0])), "counter"),

@@ -95,7 +95,7 @@ def test_an_unknown_backend_is_refused_by_name():
 
 def test_an_unknown_config_key_a_wrong_kind_or_a_missing_peak_is_refused_by_name():
     d = WarmupCosineLR(0.1, total_steps=10, **ORACLE).config()
-    refused(lambda: LRSchedule.from_config({**d, "last_epoch": -1}, **ORACLE), "config key last_epoch")
+    refused(lambda: LRSchedule.from_config({**d, "last_epoch": -1}, **ORACLE), "last_epoch is not a config key")
     refused(lambda: LRSchedule.from_config({**d, "kind": "step"}, **ORACLE), "kind='step'")
     refused(lambda: WarmupLinearLR.from_config(d, **ORACLE), "kind='cosine'", "WarmupCosineLR")
     refused(lambda: LRSchedule.from_config({"kind": "constant"}, **ORACLE), "peak_lr", "missing")

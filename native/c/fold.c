@@ -5,6 +5,10 @@
    alone, so the thread count never reaches the bits. */
 #define MJ_LANES 32
 #define MJ_CHUNK 1024
+/* Below this many elements a loop runs on the calling thread: waking a thread pool
+   costs more than the work, and idle workers spinning against another runtime's
+   (numba's) can hold a small step for milliseconds. Threads never reach the bits. */
+#define MJ_PARALLEL_MIN 32768
 
 static void mj_butterfly(float *acc) {
     for (int off = MJ_LANES / 2; off >= 1; off /= 2)
@@ -16,7 +20,7 @@ static void mj_butterfly(float *acc) {
    into both entry points, so each gets a loop without the branch. */
 static inline void mj_partials(const float *a, const float *b, int64_t n, float *partials) {
     int64_t nchunks = (n + MJ_CHUNK - 1) / MJ_CHUNK;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(n >= MJ_PARALLEL_MIN)
     for (int64_t c = 0; c < nchunks; c++) {
         float acc[MJ_LANES];
         for (int j = 0; j < MJ_LANES; j++) acc[j] = -0.0f;

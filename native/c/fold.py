@@ -23,9 +23,8 @@ class CffiFold:
         module = build.load(mode)
         self._ffi, self._lib = module.ffi, module.lib
         self.numeric_mode = self._ffi.string(self._lib.mj_build_mode()).decode()
-        self.details = {"flags": self._ffi.string(self._lib.mj_build_flags()).decode(),
-                        "openmp": bool(self._lib.mj_openmp()),
-                        "module": module.__file__}
+        # read back from the module: the commands that built it, the compiler, the self-test
+        self.details = build.describe(module)
 
     def _ptr(self, a: np.ndarray):
         return self._ffi.from_buffer("float[]", a)

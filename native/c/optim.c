@@ -5,7 +5,7 @@
 
 void mj_sgd(float *p, const float *g, float *b, int64_t n, int first, float lr, float momentum,
             float one_minus_damp, float wd, int use_momentum, int use_decay, int nesterov, int maximize) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(n >= MJ_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) {
         float gi = maximize ? -g[i] : g[i];
         if (use_decay) {
@@ -37,7 +37,7 @@ void mj_sgd(float *p, const float *g, float *b, int64_t n, int first, float lr, 
 void mj_adam(float *p, const float *g, float *m, float *v, int64_t n, float beta1, float beta2,
              float eps, float wd, float one_minus_b1, float one_minus_b2, float step_size,
              float sqrt_bc2, float param_decay, int coupled, int decoupled, int maximize) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(n >= MJ_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) {
         float gi = maximize ? -g[i] : g[i];
         float pi = p[i];
@@ -65,19 +65,19 @@ void mj_adam(float *p, const float *g, float *m, float *v, int64_t n, float beta
 }
 
 void mj_scale(float *g, int64_t n, float coef) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(n >= MJ_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) g[i] = g[i] * coef;
 }
 
 void mj_add(const float *a, const float *b, float *out, int64_t n) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if(n >= MJ_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 int mj_all_finite(const float *x, int64_t n) {
     int bad = 0;
     /* an integer OR: its order cannot matter */
-    #pragma omp parallel for schedule(static) reduction(|:bad)
+    #pragma omp parallel for schedule(static) reduction(|:bad) if(n >= MJ_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) {
         float d = x[i] - x[i]; /* NaN exactly when x[i] is inf or NaN */
         bad |= d != d;

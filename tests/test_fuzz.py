@@ -1,0 +1,22 @@
+"""Every public entry point, fuzzed: it returns or refuses by name, and a refusal changes nothing.
+
+A bounded budget for CI (tests/fuzzing.py has the targets); `python benchmarks/fuzz.py` runs
+10^5 cases and more.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzzing import TARGETS
+
+EXAMPLES = 60
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_every_entry_point_returns_or_refuses_by_name_and_changes_nothing(target, data):
+    target.run(data.draw)
