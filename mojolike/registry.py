@@ -77,6 +77,11 @@ _LOADERS = {
     ("rng", "cpu-cffi"): "mojolike.native.c.rng:load",
     ("rng", "cuda"): "mojolike.native.cuda.rng:load",
     ("rng", "cuda-sim"): "mojolike.native.cuda.rng:load",
+    ("layers", "oracle"): "mojolike._layers:oracle_kernels",
+    ("layers", "cpu-numba"): "mojolike.native.layers:load",
+    ("layers", "cpu-cffi"): "mojolike.native.c.layers:load",
+    ("layers", "cuda"): "mojolike.native.cuda.layers:load",
+    ("layers", "cuda-sim"): "mojolike.native.cuda.layers:load",
 }
 
 
