@@ -12,6 +12,7 @@ from . import math, random
 from ._fold import dot, fold, sumsq
 from ._layers import (embedding, embedding_backward, linear, linear_backward, mlp_inference_sessions,
                       relu, rms_norm, rms_norm_backward)
+from ._layers_head import chunked_lm_head_loss
 from ._loss import cross_entropy
 from ._optim import SGD, Adam, AdamW
 from ._optim_grads import accumulate_grads, accumulation_is_aligned, clip_grad_norm_
@@ -26,7 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "SGD", "Adam", "AdamW", "BackendUnavailable", "ConstantLR", "Generator", "Refusal",
     "WarmupCosineLR", "WarmupLinearLR", "accumulate_grads", "accumulation_is_aligned",
-    "backend_used", "backends", "clip_grad_norm_", "cross_entropy", "dot", "embedding",
+    "backend_used", "backends", "chunked_lm_head_loss", "clip_grad_norm_", "cross_entropy", "dot", "embedding",
     "embedding_backward", "fold", "linear", "linear_backward", "load_state", "math",
     "mlp_inference_sessions", "numeric_mode_used", "random", "relu", "rms_norm",
     "rms_norm_backward", "save_state", "sumsq",

@@ -35,29 +35,32 @@ _TORCH_REFUSED = {
 _I64 = np.iinfo(np.int64)
 
 
-def _check_options(unknown, ignore_index, reduction, label_smoothing, num_items, return_grad):
+def check_options(unknown, ignore_index, reduction, label_smoothing, num_items, return_grad,
+                  entry: str = ENTRY, options: tuple = _OPTIONS):
+    """The options cross_entropy shares with the chunked LM head; returns label_smoothing's
+    binary32 value."""
     for name, reason in _TORCH_REFUSED.items():
         if name in unknown:
             value = unknown.pop(name)
             if value is not None:
-                refuse(ENTRY, name, reason)
-    checks.keywords(ENTRY, unknown, _OPTIONS)
-    checks.integer(ENTRY, "ignore_index", ignore_index, low=int(_I64.min), high=int(_I64.max),
+                refuse(entry, name, reason)
+    checks.keywords(entry, unknown, options)
+    checks.integer(entry, "ignore_index", ignore_index, low=int(_I64.min), high=int(_I64.max),
                    what="an int64 integer; torch's third positional argument is weight: pass "
                         "options by keyword")
-    checks.choice(ENTRY, "reduction", reduction, spec.REDUCTIONS)
-    want_grad = checks.switch(ENTRY, "return_grad", return_grad)
+    checks.choice(entry, "reduction", reduction, spec.REDUCTIONS)
+    want_grad = checks.switch(entry, "return_grad", return_grad)
     if want_grad and reduction == "none":
-        refuse(ENTRY, "return_grad", "needs reduction 'mean' or 'sum': the gradient of "
+        refuse(entry, "return_grad", "needs reduction 'mean' or 'sum': the gradient of "
                                      "reduction='none' needs a per-row upstream gradient, which is "
                                      "not covered", value=True)
-    ls = checks.real32(ENTRY, "label_smoothing", label_smoothing, low=0.0, high=1.0, high_open=True,
+    ls = checks.real32(entry, "label_smoothing", label_smoothing, low=0.0, high=1.0, high_open=True,
                        what="in [0, 1) (contracts/loss.md does not cover 1.0)")
     if num_items is not None:
-        checks.integer(ENTRY, "num_items", num_items, low=1, what="a positive integer, the mean's "
+        checks.integer(entry, "num_items", num_items, low=1, what="a positive integer, the mean's "
                                                                   "divisor")
         if reduction != "mean":
-            refuse(ENTRY, "num_items", f"is the divisor of reduction='mean'; with "
+            refuse(entry, "num_items", f"is the divisor of reduction='mean'; with "
                                        f"reduction={reduction!r} it would be ignored, so drop it")
     return ls
 
@@ -78,24 +81,26 @@ def _logits(logits) -> np.ndarray:
     return a
 
 
-def _targets(targets, n: int, v: int, ignore_index: int) -> np.ndarray:
+def check_targets(targets, n: int, v: int, ignore_index: int, entry: str = ENTRY,
+                  rows_of: str = "logits") -> np.ndarray:
+    """(N,) int64 class indices, each a class in [0, v) or ignore_index."""
     if not isinstance(targets, (np.ndarray, list, tuple)):
         hint = " (for a torch tensor, pass tensor.numpy())" if hasattr(targets, "__dlpack__") else ""
-        refuse(ENTRY, "targets", f"must be a numpy integer array or a list of ints; got "
+        refuse(entry, "targets", f"must be a numpy integer array or a list of ints; got "
                                  f"{type(targets).__name__}{hint}")
     try:
         t = np.asarray(targets)
     except (TypeError, ValueError) as e:
-        refuse(ENTRY, "targets", f"are not a flat list of class indices ({e})")
+        refuse(entry, "targets", f"are not a flat list of class indices ({e})")
     if t.ndim == 2 or t.dtype.kind in "fc":
-        refuse(ENTRY, "targets", f"(shape {t.shape}, dtype {t.dtype.name}) look like class "
+        refuse(entry, "targets", f"(shape {t.shape}, dtype {t.dtype.name}) look like class "
                                  f"probabilities; probability targets are not covered: pass (N,) "
                                  f"integer class indices")
     if t.dtype.kind not in "iu":
-        refuse(ENTRY, "targets", f"have dtype {t.dtype.name}; pass integer class indices "
+        refuse(entry, "targets", f"have dtype {t.dtype.name}; pass integer class indices "
                                  f"(any numpy integer dtype or a list of ints)")
     if t.ndim != 1 or t.shape[0] != n:
-        refuse(ENTRY, "targets", f"have shape {t.shape} but logits have N={n} rows; pass one class "
+        refuse(entry, "targets", f"have shape {t.shape} but {rows_of} have N={n} rows; pass one class "
                                  f"index per row")
     # a uint64 above int64's range would wrap in the cast (even onto ignore_index): out of range
     wide = (t > _I64.max) if t.dtype == np.uint64 else False
@@ -103,7 +108,7 @@ def _targets(targets, n: int, v: int, ignore_index: int) -> np.ndarray:
     bad = np.flatnonzero(wide | ((t64 != ignore_index) & ((t64 < 0) | (t64 >= v))))
     if bad.size:
         i = int(bad[0])
-        refuse(ENTRY, f"targets[{i}]", f"is {int(t[i])}, neither ignore_index={ignore_index} nor a "
+        refuse(entry, f"targets[{i}]", f"is {int(t[i])}, neither ignore_index={ignore_index} nor a "
                                        f"class in [0, {v}) (row {i})")
     return t64
 
@@ -141,10 +146,10 @@ def cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_sm
     >>> cross_entropy(z, [2, 0], reduction="none", backend="oracle")
     array([1.3862944 , 0.05349043], dtype=float32)
     """
-    ls = _check_options(unknown, ignore_index, reduction, label_smoothing, num_items, return_grad)
+    ls = check_options(unknown, ignore_index, reduction, label_smoothing, num_items, return_grad)
     a = _logits(logits)
     n, v = a.shape
-    t = _targets(targets, n, v, int(ignore_index))
+    t = check_targets(targets, n, v, int(ignore_index))
     # everything is validated: from here on nothing is refused except an unavailable backend
     k = registry.kernels(ENTRY, "loss", backend, numeric_mode)
     count = int(num_items) if num_items is not None else int(np.count_nonzero(t != ignore_index))

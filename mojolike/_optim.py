@@ -23,12 +23,13 @@ import math
 import numpy as np
 
 from . import checks, registry
-from ._optim_grads import CLIP_EPS, accumulate_grads, accumulation_is_aligned
+from ._optim_grads import CLIP_EPS, accumulate_grads, check_tokens
 from ._optim_state import check_state_dict
 from ._params import Registry, as_list
 from .oracles import codec, f32
 from .oracles import optim as spec
-from .refusals import refuse
+from .oracles.fold import split_is_exact
+from .refusals import Refusal, refuse
 
 _TORCH_OFF = {"amsgrad": "AMSGrad is not part of contracts/optim.md",
               "foreach": "mojolike runs one certified algorithm (contracts/optim.md); drop the option",
@@ -163,9 +164,12 @@ class _Optimizer:
             refuse(e, "microbatch_grads", f"must be a list of accumulation_steps="
                                           f"{self.accumulation_steps} gradients, got "
                                           f"{count if count is not None else type(microbatch_grads).__name__}")
-        aligned = accumulation_is_aligned(tokens, self.accumulation_steps)
-        summed = accumulate_grads(microbatch_grads, tokens, backend=self.backend,
-                                  numeric_mode=self.numeric_mode)
+        aligned = split_is_exact(check_tokens(e, tokens, self.accumulation_steps))
+        try:
+            summed = accumulate_grads(microbatch_grads, tokens, backend=self.backend,
+                                      numeric_mode=self.numeric_mode)
+        except Refusal as r:  # a bad microbatch, refused under this entry point's name
+            raise r.at(e) from None
         total = self.step(summed, max_norm=max_norm)
         self.aligned_ = aligned  # only once the step went through
         return total
