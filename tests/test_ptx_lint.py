@@ -62,10 +62,25 @@ def compile_ptx(fn, sig) -> str:
 
 
 def cuda_kernels():
-    from mojolike.native.cuda import crmath, fold, loss, optim, rng, schedule
+    from mojolike.native.cuda import crmath, fold, layers, loss, optim, rng, schedule
     return [(f"{mod.__name__.rsplit('.', 1)[1]}.{name}", fn, sig)
-            for mod in (fold, optim, crmath, loss, schedule, rng)
+            for mod in (fold, optim, crmath, loss, schedule, rng, layers)
             for name, (fn, sig) in mod.KERNELS.items()]
+
+
+def select_kernels():
+    """Kernels that compare and select but never round (relu): no float op to find, but a .ftz
+    compare would still change bits (it would take -1e-45 for -0.0)."""
+    from mojolike.native.cuda import layers
+    return [(f"layers.{name}", fn, sig) for name, (fn, sig) in layers.SELECT_KERNELS.items()]
+
+
+@pytest.mark.parametrize("name,fn,sig", select_kernels(), ids=lambda v: v if isinstance(v, str) else "")
+def test_select_only_kernels_flush_and_approximate_nothing(name, fn, sig):
+    ptx = compile_ptx(fn, sig)
+    assert "setp" in ptx or "selp" in ptx or "max.f32" in ptx, f"{name}: no compare found in its PTX"
+    problems = lint(ptx)
+    assert not problems, f"{name}:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("name,fn,sig", cuda_kernels(), ids=lambda v: v if isinstance(v, str) else "")

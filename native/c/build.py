@@ -75,7 +75,7 @@ from pathlib import Path
 from ...refusals import BackendUnavailable
 
 HERE = Path(__file__).resolve().parent
-FAMILIES = ("fold", "optim", "crmath", "loss", "schedule", "rng")
+FAMILIES = ("fold", "optim", "crmath", "loss", "schedule", "rng", "layers")
 SELFTEST = "selftest"  # appended after the families: it calls fold.c's kernels
 
 # The contract. Order matters: later flags win, and -ffp-contract=off must follow -O3.
