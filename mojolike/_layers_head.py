@@ -14,7 +14,8 @@ Elementwise steps are numpy float32 operations (one IEEE rounding each, the same
 on every machine); expf and logf are the correctly rounded functions of the
 chosen backend; the GEMMs are the layers kernels.
 
-Memory: the chunk's logits and its gradient (rows x chunk floats each), the
+Memory: at most three rows x chunk buffers (the chunk's logits, its exponentials
+turned in place into the gradient, the gradient transposed for d_weight), the
 counter's partials of d_hidden (rows x width floats per level, at most
 log2(vocab / 1024) + 1 levels) and the outputs; never rows x vocab.
 """
@@ -139,6 +140,7 @@ def chunked_lm_head_loss(hidden, weight, targets, ignore_index=-100, reduction="
     for c0, c1 in chunks:
         ex = expf(shifted(c0, c1), **on)
         _push_row_chunks(k, ex, sums)
+        del ex
     big_s = sums.finish()
     big_l = logf(big_s, **on)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -152,16 +154,22 @@ def chunked_lm_head_loss(hidden, weight, targets, ignore_index=-100, reduction="
         ht = _t(h) if want_grad else None
         for c0, c1 in chunks:
             d = shifted(c0, c1)
+            ex = expf(d, **on) if want_grad else None
             if smooth is not None:
                 with np.errstate(over="ignore", invalid="ignore"):
-                    _push_row_chunks(k, np.subtract(big_l[:, None], d), smooth)
+                    np.subtract(big_l[:, None], d, out=d)  # L - d_j, in place: d is done
+                _push_row_chunks(k, d, smooth)
+            del d
             if want_grad:
-                dz = _gradient(expf(d, **on), big_s, t, kept, c0, c1, s)
+                dz = _gradient(ex, big_s, t, kept, c0, c1, s)  # in place of ex
                 parts = np.empty(((c1 - c0 + CHUNK - 1) // CHUNK, rows, width), np.float32)
                 k.gemm_nt_chunks(dz, _t(w[c0:c1]), parts)  # d_hidden's fold over the vocabulary
                 for p in parts:
                     dh_parts.push(p)
-                k.gemm_nt(_t(dz), ht, _NONE, False, dw[c0:c1])  # complete over the rows
+                dzt = _t(dz)
+                del dz, ex
+                k.gemm_nt(dzt, ht, _NONE, False, dw[c0:c1])  # complete over the rows
+                del dzt
     if smooth is not None:
         a = smooth.finish()
         loss_rows = np.add(np.multiply(np.float32(s.c1), nll), np.multiply(np.float32(s.c2), a))
@@ -187,11 +195,15 @@ def _push_row_chunks(k, a: np.ndarray, counter: _PairwiseCounter) -> None:
 
 
 def _gradient(ex, big_s, t, kept, c0: int, c1: int, s) -> np.ndarray:
-    """dlogits of the chunk: (e / S - q) * g, q = c2 but qt at the target; ignored rows +0.0."""
-    q = np.full(ex.shape, np.float32(s.c2), np.float32)
-    inside = kept & (t >= c0) & (t < c1)
-    q[np.flatnonzero(inside), t[inside] - c0] = np.float32(s.qt)
+    """dlogits of the chunk, in place of ex: (e / S - q) * g, q = c2 but qt at the target;
+    ignored rows +0.0. Each step one rounding, as contracts/loss.md clause 5."""
+    inside = np.flatnonzero(kept & (t >= c0) & (t < c1))
+    cols = t[inside] - c0
     with np.errstate(invalid="ignore"):
-        dz = np.multiply(np.subtract(np.divide(ex, big_s[:, None]), q), np.float32(s.g))
-    dz[~kept] = np.float32(0.0)
-    return dz
+        np.divide(ex, big_s[:, None], out=ex)  # p = e / S
+        p_t = ex[inside, cols]
+        np.subtract(ex, np.float32(s.c2), out=ex)
+        ex[inside, cols] = np.subtract(p_t, np.float32(s.qt))
+        np.multiply(ex, np.float32(s.g), out=ex)
+    ex[~kept] = np.float32(0.0)
+    return ex
