@@ -15,6 +15,7 @@ from ._layers import (embedding, embedding_backward, linear, linear_backward, ml
 from ._layers_head import chunked_lm_head_loss
 from ._loss import cross_entropy
 from ._optim import SGD, Adam, AdamW
+from ._outlier import OutlierDetector
 from ._optim_grads import accumulate_grads, accumulation_is_aligned, clip_grad_norm_
 from ._optim_state import load_state, save_state
 from ._rng import Generator
@@ -25,7 +26,8 @@ from .refusals import BackendUnavailable, Refusal
 __version__ = "0.1.0"
 
 __all__ = [
-    "SGD", "Adam", "AdamW", "BackendUnavailable", "ConstantLR", "Generator", "Refusal",
+    "SGD", "Adam", "AdamW", "BackendUnavailable", "ConstantLR", "Generator", "OutlierDetector",
+    "Refusal",
     "WarmupCosineLR", "WarmupLinearLR", "accumulate_grads", "accumulation_is_aligned",
     "backend_used", "backends", "chunked_lm_head_loss", "clip_grad_norm_", "cross_entropy", "dot", "embedding",
     "embedding_backward", "fold", "linear", "linear_backward", "load_state", "math",
