@@ -77,8 +77,8 @@ def _path(entry: str, path) -> str:
     if not isinstance(path, (str, os.PathLike)):
         refuse(entry, "path", f"must be a str or os.PathLike, not {type(path).__name__}", value=path)
     p = os.fspath(path)
-    if not isinstance(p, str) or not p:
-        refuse(entry, "path", "must be a non-empty text path", value=path)
+    if not isinstance(p, str) or not p or "\0" in p:
+        refuse(entry, "path", "must be a non-empty text path without NUL characters", value=path)
     return p if p.endswith(".npz") else p + ".npz"
 
 
