@@ -20,6 +20,7 @@ from ._optim_grads import accumulate_grads, accumulation_is_aligned, clip_grad_n
 from ._optim_state import load_state, save_state
 from ._rng import Generator
 from ._schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR
+from ._tape import Tape
 from .registry import backend_used, backends, numeric_mode_used
 from .refusals import BackendUnavailable, Refusal
 
@@ -32,5 +33,5 @@ __all__ = [
     "backend_used", "backends", "chunked_lm_head_loss", "clip_grad_norm_", "cross_entropy", "dot", "embedding",
     "embedding_backward", "fold", "linear", "linear_backward", "load_state", "math",
     "mlp_inference_sessions", "numeric_mode_used", "random", "relu", "rms_norm",
-    "rms_norm_backward", "save_state", "sumsq",
+    "rms_norm_backward", "save_state", "sumsq", "Tape",
 ]
