@@ -27,7 +27,7 @@ Reproducibility: pure Python on the exact binary32 operations of `f32` and the
 tree of `fold`; the same bits on every machine.
 
 >>> linear([[1.0, 2.0]], [[3.0, 4.0], [0.5, 0.25]], [0.5, -1.0])
-[[11.5, -0.0]]
+[[11.5, 0.0]]
 >>> rms_norm_row([3.0, 4.0], None, 1.0)    # ms = 12.5, r = 1/sqrt(13.5)
 [0.8164966106414795, 1.0886621475219727]
 """
