@@ -25,7 +25,7 @@ import numpy as np
 from . import checks, registry
 from ._optim_grads import CLIP_EPS, accumulate_grads, check_tokens
 from ._optim_state import check_state_dict
-from ._params import Registry, as_list
+from ._params import Registry, as_list, part
 from .oracles import codec, f32
 from .oracles import optim as spec
 from .oracles.fold import split_is_exact
@@ -87,7 +87,7 @@ class _Optimizer:
         self._scalars(self.lr, 1)  # every host scalar of the first step must be finite
         self._k = registry.kernels(e, "optim", backend, numeric_mode)
         self.backend, self.numeric_mode = self._k.backend, self._k.numeric_mode
-        self._reg = Registry(e, params)
+        self._reg = Registry(e, params, pieces=getattr(self._k, "takes_pieces", False))
         self.t = 0
         self.total_norm_ = None
         self.clip_coef_ = None
@@ -97,7 +97,9 @@ class _Optimizer:
 
     @property
     def packed_(self) -> bool:
-        """True when the parameters were copied into a flat buffer, False when borrowed."""
+        """True when each step copies the parameters into a flat buffer and back (separate
+        arrays on a backend whose kernels take flat arrays only), False when the kernels
+        update the caller's arrays where they lie."""
         return self._reg.packed
 
     # -- the step ----------------------------------------------------------------------------
@@ -128,11 +130,14 @@ class _Optimizer:
             refuse(e, "grads", "hold inf or NaN; in numeric_mode='identical' a non-finite gradient "
                                "is refused before anything is written")
         # nothing has been written up to here: every refusal above leaves buffers and attributes
-        if m is not None and coef != 1.0:  # g * 1 is g: skip the pass
-            self._k.scale(g, coef)
-            self._reg.scatter_grads(gathered)
+        scaled = m is not None and coef != 1.0  # g * 1 is g: skip the scaling
+        fused = scaled and getattr(self._k, "takes_pieces", False)
+        if scaled and not fused:
+            self._k.scale(g, coef)  # kernels of flat arrays only scale in a pass of their own
         p = self._params_for_kernel()
-        self._update(p, g, s)
+        self._update(p, g, s, coef if fused else None)  # fused: the step's pass scales g first
+        if scaled:
+            self._reg.scatter_grads(gathered)
         self._params_done()
         self.t = t
         self.lr_ = lr
@@ -147,7 +152,7 @@ class _Optimizer:
         if self._device_params is not None:
             return self._device_params
         self._reg.gather()
-        return self._reg.flat
+        return self._reg.tensors
 
     def _params_done(self) -> None:
         if self._device_params is None:
@@ -292,7 +297,7 @@ class SGD(_Optimizer):
         _scalars_finite(self._ENTRY, "dampening", s)
         return s
 
-    def _update(self, p, g, s) -> None:
+    def _update(self, p, g, s, scale) -> None:
         b = self._buf
         args = (s.lr, s.momentum, s.one_minus_dampening, s.weight_decay, s.use_momentum, s.use_decay,
                 s.nesterov, s.maximize)
@@ -303,7 +308,8 @@ class SGD(_Optimizer):
             j = i + len(list(run))
             lo, hi = int(off[i]), int(off[j])
             buf = self._placeholder if b is None else b[lo:hi]
-            self._k.sgd(p[lo:hi], g[lo:hi], buf, np.bool_(not initialized), *map(_f32or_bool, args))
+            self._k.sgd(part(p, off, i, j), part(g, off, i, j), buf, np.bool_(not initialized),
+                        *map(_f32or_bool, args), **_scaled(scale))
             i = j
         if self._buf is not None:
             self._initialized = [True] * len(self._initialized)
@@ -316,6 +322,11 @@ class SGD(_Optimizer):
 
     def _set_flags(self, flags: dict) -> None:
         self._initialized = list(flags["momentum_buffer_initialized"])
+
+
+def _scaled(scale) -> dict:
+    """The clip's coefficient for kernels that scale g within the step (takes_pieces)."""
+    return {} if scale is None else {"grad_scale": np.float32(scale)}
 
 
 def _f32or_bool(x):
@@ -377,10 +388,11 @@ class Adam(_Optimizer):
         _scalars_finite(self._ENTRY, "lr, betas and weight_decay", s)
         return s
 
-    def _update(self, p, g, s) -> None:
+    def _update(self, p, g, s, scale) -> None:
         self._k.adam(p, g, self._m, self._v, *map(_f32or_bool, (
             s.beta1, s.beta2, s.eps, s.weight_decay, s.one_minus_beta1, s.one_minus_beta2,
-            s.step_size, s.sqrt_bc2, s.param_decay, s.coupled, s.decoupled, s.maximize)))
+            s.step_size, s.sqrt_bc2, s.param_decay, s.coupled, s.decoupled, s.maximize)),
+            **_scaled(scale))
 
     def _state_arrays(self) -> dict:
         return {"exp_avg": self._m, "exp_avg_sq": self._v}

@@ -51,13 +51,14 @@ def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=True, for
         refuse(e, "foreach", "is not covered: mojolike runs one certified algorithm", value=foreach)
     m = checks.real32(e, "max_norm", max_norm, low=0.0)
     k = registry.kernels(e, "optim", backend, numeric_mode)
-    reg = Registry(e, grads)  # the gradients are the registry here: borrowed or packed
+    # the gradients are the registry here: borrowed, or packed where the kernels take flat arrays only
+    reg = Registry(e, grads, pieces=getattr(k, "takes_pieces", False))
     reg.gather()
-    total, coef = k.clip_coef(k.segment_sumsq(reg.flat, reg.offsets), np.float32(m), CLIP_EPS)
+    total, coef = k.clip_coef(k.segment_sumsq(reg.tensors, reg.offsets), np.float32(m), CLIP_EPS)
     if not math.isfinite(float(total)):
         refuse(e, "grads", f"have a non-finite total norm ({float(total)}); nothing was scaled")
     if coef != 1.0:
-        k.scale(reg.flat, coef)
+        k.scale(reg.tensors, coef)
         reg.scatter()
     return float(total)
 

@@ -1,11 +1,13 @@
-"""The parameter registry: caller tensors as one flat float32 buffer plus offsets.
+"""The parameter registry: caller tensors in one order, with offsets, as the kernels take them.
 
 Tensor order is param_id and the clip's summation order. One flat array, or
 tensors laid end to end in one buffer (views of one allocation, in order), are
-borrowed: kernels write the caller's memory directly. Any other list is packed:
-a flat copy is gathered before each step and scattered back after it, so the
-caller's arrays are still updated in place (at the cost of two extra copies;
-`packed_` says which happened).
+borrowed as one flat array. Any other list is borrowed as `Pieces` (the separate
+arrays with their offsets) on backends whose kernels take a table of arrays
+(`takes_pieces`: cpu-numba, cpu-cffi): kernels write the caller's memory
+directly either way. Only on the others (cuda, the oracle) is such a list
+packed: a flat copy is gathered before each step and scattered back after it
+(`packed_` says so).
 
 >>> import numpy as np
 >>> arena = np.zeros(10, np.float32)
@@ -13,6 +15,9 @@ caller's arrays are still updated in place (at the cost of two extra copies;
 False
 >>> Registry("demo", [np.zeros(4, np.float32), np.zeros(6, np.float32)]).packed
 True
+>>> reg = Registry("demo", [np.zeros(4, np.float32), np.zeros(6, np.float32)], pieces=True)
+>>> reg.packed, type(reg.tensors).__name__, reg.tensors.offsets.tolist()
+(False, 'Pieces', [0, 4, 10])
 """
 from __future__ import annotations
 
@@ -71,11 +76,62 @@ def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-class Registry:
-    """Caller parameters as a flat buffer with offsets; see the module docstring."""
+class Pieces:
+    """Separate 1-D float32 arrays read as one sequence: arrays[i] holds its elements
+    offsets[i] .. offsets[i+1] - 1. Kernels that take pieces (`takes_pieces`) update them
+    where they lie, through the table of their addresses."""
 
-    def __init__(self, entry: str, params):
+    def __init__(self, arrays: list[np.ndarray], offsets: np.ndarray):
+        self.arrays = arrays  # held, so the addresses stay valid
+        self.offsets = offsets
+        self.size = int(offsets[-1])
+        self._addresses = None
+
+    @property
+    def addresses(self) -> np.ndarray:
+        if self._addresses is None:
+            self._addresses = np.fromiter((_address(a) for a in self.arrays), np.int64,
+                                          len(self.arrays))
+        return self._addresses
+
+    def part(self, i: int, j: int) -> "Pieces":
+        """Tensors i .. j - 1, with offsets from 0."""
+        return Pieces(self.arrays[i:j], self.offsets[i:j + 1] - self.offsets[i])
+
+
+def table(x, offsets) -> np.ndarray:
+    """The address of each tensor's first element, as int64 (what the kernels take): x is a flat
+    float32 array cut at `offsets`, or pieces, or a list of 1-D float32 arrays."""
+    if isinstance(x, Pieces):
+        return x.addresses
+    if isinstance(x, np.ndarray):
+        return _address(x) + 4 * np.asarray(offsets[:-1], np.int64)
+    return np.fromiter((_address(a) for a in x), np.int64, len(x))
+
+
+def operands(*xs) -> tuple[list[np.ndarray], np.ndarray]:
+    """(an address table per operand, the offsets they share) for kernel operands that are
+    flat arrays or pieces of one registry; flat arrays alone are one tensor."""
+    cut = next((x.offsets for x in xs if isinstance(x, Pieces)), None)
+    if cut is None:
+        cut = np.array([0, xs[0].size], np.int64)
+    return [table(x, cut) for x in xs], cut
+
+
+def part(x, offsets, i: int, j: int):
+    """Tensors i .. j - 1 of a flat array cut at `offsets`, or of pieces."""
+    if isinstance(x, Pieces):
+        return x.part(i, j)
+    return x[int(offsets[i]):int(offsets[j])]
+
+
+class Registry:
+    """Caller parameters with offsets, as one flat array or as pieces; see the module docstring."""
+
+    def __init__(self, entry: str, params, *, pieces: bool = False):
+        """pieces: the kernels take `Pieces`, so separate arrays are never copied."""
         self.entry = entry
+        self._pieces = pieces
         items, self.listed = as_list(entry, "params", params)
         name = (lambda i: f"params[{i}]") if self.listed else (lambda i: "params")
         self.views = [as_f32(entry, name(i), p, writable=True) for i, p in enumerate(items)]
@@ -88,8 +144,11 @@ class Registry:
         self._items = [p if isinstance(p, np.ndarray) else None for p in items]
         self._layout = [(_address(p), p.shape) if isinstance(p, np.ndarray) else None for p in items]
         borrowed = self.views[0] if len(self.views) == 1 else end_to_end(self.views)
-        self.packed = borrowed is None
+        self.packed = borrowed is None and not pieces
+        # flat: the parameters as one flat array (borrowed, or the packed copy), else None
         self.flat = np.empty(int(self.offsets[-1]), np.float32) if self.packed else borrowed
+        # what the kernels update: the flat array, or the caller's arrays as pieces
+        self.tensors = Pieces(self.views, self.offsets) if self.flat is None else self.flat
         self._grad_flat = None
 
     @property
@@ -119,8 +178,9 @@ class Registry:
         if self.packed:
             self._copy(self.flat, self.views, into_flat=False)
 
-    def grads(self, grads, *, writable: bool) -> tuple[np.ndarray, list[np.ndarray] | None]:
-        """(flat gradients, caller views to scatter back into when they were gathered, else None).
+    def grads(self, grads, *, writable: bool) -> tuple[np.ndarray | Pieces, list[np.ndarray] | None]:
+        """(gradients as the kernels take them, caller views to scatter back into when they
+        were gathered, else None): a flat array, or pieces when the kernels take them.
 
         Count, shapes and order must match the parameters. Gathering reuses one buffer.
         """
@@ -140,6 +200,8 @@ class Registry:
         flat = views[0] if len(views) == 1 else end_to_end(views)
         if flat is not None and (not writable or flat.flags.writeable):
             return flat, None
+        if self._pieces:
+            return Pieces(views, self.offsets), None
         if self._grad_flat is None:
             self._grad_flat = np.empty(self.n, np.float32)
         self._copy(self._grad_flat, views, into_flat=True)

@@ -496,6 +496,15 @@ def _cospif(x, xb, out, ob):
     return counts.sum()
 
 
+# the kernels tests/test_vectorized.py compiles for every target, and the packed operations
+# their loops must hold; expf and logf look up tables per element, which LLVM vectorizes
+# with gathers, so they are packed on targets with AVX2 and scalar on baseline x86-64 (SSE2)
+HOT_KERNELS = {"crmath._sinpif": (_sinpif, ("mulpd", "addpd")),
+               "crmath._cospif": (_cospif, ("mulpd", "addpd"))}
+HOT_KERNELS_AVX2 = {"crmath._expf": (_expf, ("mulpd", "addpd")),
+                    "crmath._logf": (_logf, ("mulpd", "addpd"))}
+
+
 class NumbaCrmath(NumbaThreads):
     """expf/logf/sinpif/cospif on the CPU with numba, parallel over blocks of 4096 elements."""
 

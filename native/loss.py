@@ -10,13 +10,19 @@ Parallel over rows (prange); a row is one serial pass per step of the contract:
 3. with smoothing, A = fold_j(L - (z_j - mx)), the differences recomputed;
 4. with the gradient, grad_j = (e_j / S - q_j) * g in place.
 
+The max, the folds and the gradient hold their 32 lanes in two explicit vectors
+(native/simd.py), so they are packed on every target; expf is binary64 with
+table lookups and is left to LLVM's vectorizer (it needs gathers: packed on
+AVX2 and AVX-512 targets, scalar on baseline x86-64).
+
 expf/logf are native/crmath.py's `exp_elem`/`log_elem` (binary64 with a rounding
 test). A row with an undecided value gets status 1 and the caller redoes it
 exactly; its outputs are then unspecified.
 
-Caching: these kernels inline native/crmath.py's element functions, and numba's
-cache=True checks only this file, so after editing native/crmath.py clear the
-numba cache (the __pycache__ *.nbi/*.nbc files); a fresh checkout builds clean.
+Caching: these kernels inline native/crmath.py's element functions and
+native/fold.py's and native/simd.py's helpers, and numba's cache=True checks
+only this file, so after editing those clear the numba cache (the __pycache__
+*.nbi/*.nbc files); a fresh checkout builds clean.
 
 Reproducibility: each row is computed by one thread and no float reduction
 crosses rows, so the thread count never reaches the bits; every reduction inside
@@ -40,7 +46,8 @@ from numba import boolean, float32, int32, int64, njit, prange, types
 
 from . import fold
 from .crmath import EXP_TINY, _exp_elem, _log_elem
-from .fold import NEG_ZERO, _butterfly, _pairwise
+from .fold import NEG_ZERO, _butterfly, _chunk_fold, _pairwise
+from .simd import WIDTH, vadd, vbutterfly, vdiv, vload, vmax, vmul, vsplat, vstore, vsub
 from ..oracles.fold import CHUNK, LANES
 
 ZERO = np.float32(0.0)
@@ -53,39 +60,26 @@ T1 = types.Array(int64, 1, "C", readonly=True)
 F32_1D = float32[::1]
 
 
-@njit(float32(Z2, int64, float32[::1]), inline="always", **_STRICT)
+@njit(inline="always", error_model="numpy")
 def _row_max(z, r, acc):
-    """max_j z[r, j] through 32 lane maxima (exact, so the order is free; it vectorizes)."""
+    """max_j z[r, j] through 32 lane maxima (exact; lane j sees j, j + 32, ... in order)."""
     v = z.shape[1]
-    acc[:] = z[r, 0]
+    row = z[r]
     full = v - v % LANES
+    lo = vsplat(row[0])
+    hi = lo
     for b in range(0, full, LANES):
-        for j in range(LANES):
-            x = z[r, b + j]
-            acc[j] = x if x > acc[j] else acc[j]
+        lo = vmax(vload(row, b), lo)
+        hi = vmax(vload(row, b + WIDTH), hi)
+    vstore(acc, 0, lo)
+    vstore(acc, WIDTH, hi)
     for k in range(full, v):
-        x = z[r, k]
+        x = row[k]
         acc[0] = x if x > acc[0] else acc[0]
     mx = acc[0]
     for j in range(1, LANES):
         mx = acc[j] if acc[j] > mx else mx
     return mx
-
-
-@njit(float32(F32_1D, int64, int64, float32[::1]), inline="always", **_STRICT)
-def _chunk_partial(src, off, m, acc):
-    """The fold tree's partial of the chunk src[off:off+m] (m <= 1024)."""
-    acc[:] = NEG_ZERO
-    if m == CHUNK:
-        for i in range(LANES):
-            row = off + i * LANES
-            for j in range(LANES):
-                acc[j] = acc[j] + src[row + j]
-    else:  # the short last chunk: padded slots add -0.0, so skip them
-        for k in range(m):
-            acc[k & (LANES - 1)] = acc[k & (LANES - 1)] + src[off + k]
-    _butterfly(acc)
-    return acc[0]
 
 
 @njit(int64(Z2, int64, int64, int64, float32, F32_1D, int64), inline="always", **_STRICT)
@@ -104,6 +98,27 @@ def _exp_chunk(z, r, base, m, mx, dst, doff):
         dst[doff + k] = a if keep else ZERO
         bad += keep and not ok
     return bad
+
+
+@njit(inline="always", error_model="numpy")
+def _smoothing_partial(zr, base, v, mx, lg, acc):
+    """The fold tree's partial of the chunk at base of y_j = L - (z_j - mx)."""
+    if base + CHUNK <= v:
+        vmx, vlg = vsplat(mx), vsplat(lg)
+        lo = vsplat(NEG_ZERO)
+        hi = lo
+        for i in range(LANES):
+            row = base + i * LANES
+            lo = vadd(lo, vsub(vlg, vsub(vload(zr, row), vmx)))
+            hi = vadd(hi, vsub(vlg, vsub(vload(zr, row + WIDTH), vmx)))
+        return vbutterfly(lo, hi)
+    acc[:] = NEG_ZERO  # the short last chunk: padded slots add -0.0, so skip them
+    for k in range(base, v):
+        d = zr[k] - mx
+        y = lg - d
+        acc[k - base & (LANES - 1)] = acc[k - base & (LANES - 1)] + y
+    _butterfly(acc)
+    return acc[0]
 
 
 @njit(int64(Z2, T1, int64, float32, float32, float32, boolean, float32, boolean,
@@ -137,7 +152,7 @@ def _cross_entropy(z, t, ignore_index, c1, c2, qt, smoothing, g, want_grad, grad
                 m = min(CHUNK, v - base)
                 doff = base if want_grad else 0
                 bad += _exp_chunk(z, r, base, m, mx, dst, doff)
-                partials[c] = _chunk_partial(dst, doff, m, acc)
+                partials[c] = _chunk_fold(dst, doff, doff + m, acc)
             s = _pairwise(partials)
             sbits[0] = s
             lg, ok = _log_elem(np.int64(sbits.view(np.uint32)[0]))
@@ -150,15 +165,7 @@ def _cross_entropy(z, t, ignore_index, c1, c2, qt, smoothing, g, want_grad, grad
             if smoothing:
                 # A = fold_j (L - d_j), d_j recomputed
                 for c in range(nchunks):
-                    base = c * CHUNK
-                    m = min(CHUNK, v - base)
-                    acc[:] = NEG_ZERO
-                    for k in range(m):
-                        d = z[r, base + k] - mx
-                        y = lg - d
-                        acc[k & (LANES - 1)] = acc[k & (LANES - 1)] + y
-                    _butterfly(acc)
-                    partials[c] = acc[0]
+                    partials[c] = _smoothing_partial(z[r], c * CHUNK, v, mx, lg, acc)
                 a = _pairwise(partials)
                 u = c1 * nll
                 w = c2 * a
@@ -167,7 +174,11 @@ def _cross_entropy(z, t, ignore_index, c1, c2, qt, smoothing, g, want_grad, grad
                 rows[r] = nll
             if want_grad:
                 et = dst[ti]
-                for k in range(v):
+                vs, vc2, vg = vsplat(s), vsplat(c2), vsplat(g)
+                vfull = v - v % WIDTH
+                for k in range(0, vfull, WIDTH):
+                    vstore(dst, k, vmul(vsub(vdiv(vload(dst, k), vs), vc2), vg))
+                for k in range(vfull, v):
                     p = dst[k] / s
                     q = p - c2
                     dst[k] = q * g
@@ -176,6 +187,13 @@ def _cross_entropy(z, t, ignore_index, c1, c2, qt, smoothing, g, want_grad, grad
                 dst[ti] = q * g
         counts[task] = undecided
     return counts.sum()  # integers: the order cannot matter
+
+
+# the kernels tests/test_vectorized.py compiles for every target, and the packed
+# operations their loops must hold (the row max, the folds, the gradient)
+HOT_KERNELS = {"loss._cross_entropy": (_cross_entropy, ("maxps", "addps", "subps", "divps", "mulps"))}
+# expf (binary64, table lookups) is packed where LLVM has gathers: see native/crmath.py
+HOT_KERNELS_AVX2 = {"loss._cross_entropy": (_cross_entropy, ("mulpd", "addpd"))}
 
 
 class NumbaLoss(fold.NumbaThreads):

@@ -2,10 +2,22 @@
 
 The per-element arithmetic (`sgd_elem`, `adam_elem`) is written once here, in
 terms of the primitives add/sub/mul/div/sqrt. On the CPU those names are the
-plain binary32 operators; `native/cuda/optim.py` compiles the same source with
-libdevice `f*_rn` primitives (and the simulator's numpy ones), so the order of
-operations cannot drift between the two. The C kernels are the independent
-second spelling, and the oracle (`oracles/optim.py`) the definition.
+plain binary32 operators, and in the vector loops native/simd.py's lane-by-lane
+vadd/vsub/vmul/vdiv/vsqrt (`vectorized`); `native/cuda/optim.py` compiles the
+same source with libdevice `f*_rn` primitives (and the simulator's numpy ones),
+so the order of operations cannot drift between them. The C kernels are the
+independent second spelling, and the oracle (`oracles/optim.py`) the definition.
+
+Step kernels take each operand as a table of addresses, one per tensor, and the
+tensors' offsets (mojolike._params.table): a list of separate arrays is updated where it
+lies, with no copy, and a flat array is the table of one tensor. The work is
+split by element ranges (TASK elements per parallel task, across tensor
+boundaries), so one big tensor spreads over every thread and 200 small ones
+cost one launch. Inside a task each tensor's run is 16-lane vectors, then
+scalars for its last < 16 elements; a lane is the scalar operation, so where
+the runs are cut never reaches the bits. With `grad_scale` the clip's scaling
+g = g * coef is done in the same pass (written back to the gradients), which
+saves the gradients one read and one write.
 
 Reproducibility: no reduction here is a float sum except the clip's, which is
 the fold tree (native/fold.py); elementwise kernels are parallel over elements,
@@ -20,20 +32,25 @@ array([0.95], dtype=float32)
 from __future__ import annotations
 
 import math
+import types as pytypes
 from operator import add, mul, sub
 from operator import truediv as div
 
 import numba
 import numpy as np
-from numba import boolean, float32, njit, prange, types, void
+from numba import boolean, float32, int64, njit, prange, types, void
 
+from .._params import operands, table
 from . import fold
-from .fold import IN, NEG_ZERO
+from .fold import I64, IN, NEG_ZERO, at
+from .simd import WIDTH, vadd, vdiv, vlane, vload, vmul, vsplat, vsqrt, vstore, vsub
 
 sqrt = math.sqrt  # numba lowers math.sqrt of a float32 to the IEEE sqrtss instruction
 PRIMITIVES = ("add", "sub", "mul", "div", "sqrt")
 _STRICT = dict(cache=True, error_model="numpy")  # fastmath off: no contraction, no reassociation
+_INLINE = dict(inline="always", error_model="numpy")
 F32 = float32[::1]
+TASK = 1 << 14  # elements per parallel task (64 KiB of each operand)
 
 
 def sgd_elem(p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov,
@@ -70,36 +87,118 @@ def adam_elem(p, g, m, v, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2, ste
     return sub(p, mul(step_size, div(m, d))), m, v
 
 
-_sgd_elem = njit(inline="always", error_model="numpy")(sgd_elem)
-_adam_elem = njit(inline="always", error_model="numpy")(adam_elem)
+def vectorized(fn):
+    """`fn` with the primitives bound to native/simd.py's vector operations: its float
+    arguments are then vectors (scalars splat), and each lane is fn on that lane."""
+    env = dict(fn.__globals__, add=vadd, sub=vsub, mul=vmul, div=vdiv, sqrt=vsqrt)
+    return njit(**_INLINE)(pytypes.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__,
+                                                fn.__closure__))
 
 
-@njit(void(F32, IN, F32, boolean, float32, float32, float32, float32, boolean, boolean, boolean,
-           boolean), parallel=True, **_STRICT)
-def _sgd(p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize):
-    # without momentum b is a 1-element placeholder: never read, never written
-    for i in prange(p.size):
-        bi = b[i] if use_momentum else NEG_ZERO
-        p[i], bi = _sgd_elem(p[i], g[i], bi, first, lr, momentum, one_minus_damp, wd,
-                             use_momentum, use_decay, nesterov, maximize)
-        if use_momentum:
-            b[i] = bi
+_sgd_elem = njit(**_INLINE)(sgd_elem)
+_adam_elem = njit(**_INLINE)(adam_elem)
+_sgd_vec = vectorized(sgd_elem)
+_adam_vec = vectorized(adam_elem)
 
 
-@njit(void(F32, IN, F32, F32, float32, float32, float32, float32, float32, float32, float32, float32,
-           float32, boolean, boolean, boolean), parallel=True, **_STRICT)
-def _adam(p, g, m, v, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
-          param_decay, coupled, decoupled, maximize):
-    for i in prange(p.size):
-        p[i], m[i], v[i] = _adam_elem(p[i], g[i], m[i], v[i], beta1, beta2, eps, wd, one_minus_b1,
-                                      one_minus_b2, step_size, sqrt_bc2, param_decay, coupled,
-                                      decoupled, maximize)
+@njit(**_INLINE)
+def _run(offsets, lo, hi):
+    """(tensor, start, stop, size): the run of the task range [lo, hi) that begins at element
+    lo, as local indices [start, stop) into the tensor holding lo, and that tensor's size."""
+    t = np.searchsorted(offsets, lo, side="right") - 1
+    base = offsets[t]
+    return t, lo - base, min(hi, offsets[t + 1]) - base, offsets[t + 1] - base
 
 
-@njit(void(F32, float32), parallel=True, **_STRICT)
-def _scale(g, coef):
-    for i in prange(g.size):
-        g[i] = g[i] * coef
+@njit(void(I64, I64, I64, I64, boolean, float32, float32, float32, float32, boolean, boolean,
+           boolean, boolean, float32, boolean), parallel=True, **_STRICT)
+def _sgd(P, G, B, offsets, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov,
+         maximize, coef, scaled):
+    # without momentum B holds placeholders: never read, never written
+    n = offsets[offsets.size - 1]
+    for task in prange((n + TASK - 1) // TASK):
+        lo, hi = task * TASK, min(task * TASK + TASK, n)
+        vlr, vmom, vomd, vwd = vsplat(lr), vsplat(momentum), vsplat(one_minus_damp), vsplat(wd)
+        vcoef, vnz = vsplat(coef), vsplat(NEG_ZERO)
+        while lo < hi:
+            t, i, stop, size = _run(offsets, lo, hi)
+            lo += stop - i
+            p, g, b = at(P[t], size), at(G[t], size), at(B[t], size if use_momentum else 1)
+            while i + WIDTH <= stop:
+                gi = vload(g, i)
+                if scaled:
+                    gi = vmul(gi, vcoef)
+                    vstore(g, i, gi)
+                bi = vload(b, i) if use_momentum else vnz
+                pi, bi = _sgd_vec(vload(p, i), gi, bi, first, vlr, vmom, vomd, vwd, use_momentum,
+                                  use_decay, nesterov, maximize)
+                vstore(p, i, pi)
+                if use_momentum:
+                    vstore(b, i, bi)
+                i += WIDTH
+            for k in range(i, stop):
+                gk = g[k]
+                if scaled:
+                    gk = gk * coef
+                    g[k] = gk
+                bk = b[k] if use_momentum else NEG_ZERO
+                p[k], bk = _sgd_elem(p[k], gk, bk, first, lr, momentum, one_minus_damp, wd,
+                                     use_momentum, use_decay, nesterov, maximize)
+                if use_momentum:
+                    b[k] = bk
+
+
+@njit(void(I64, I64, I64, I64, I64, float32, float32, float32, float32, float32, float32, float32,
+           float32, float32, boolean, boolean, boolean, float32, boolean), parallel=True, **_STRICT)
+def _adam(P, G, M, V, offsets, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
+          param_decay, coupled, decoupled, maximize, coef, scaled):
+    n = offsets[offsets.size - 1]
+    for task in prange((n + TASK - 1) // TASK):
+        lo, hi = task * TASK, min(task * TASK + TASK, n)
+        vb1, vb2, veps, vwd = vsplat(beta1), vsplat(beta2), vsplat(eps), vsplat(wd)
+        vomb1, vomb2, vstep, vbc2 = (vsplat(one_minus_b1), vsplat(one_minus_b2), vsplat(step_size),
+                                     vsplat(sqrt_bc2))
+        vdecay, vcoef = vsplat(param_decay), vsplat(coef)
+        while lo < hi:
+            t, i, stop, size = _run(offsets, lo, hi)
+            lo += stop - i
+            p, g, m, v = at(P[t], size), at(G[t], size), at(M[t], size), at(V[t], size)
+            while i + WIDTH <= stop:
+                gi = vload(g, i)
+                if scaled:
+                    gi = vmul(gi, vcoef)
+                    vstore(g, i, gi)
+                pi, mi, vi = _adam_vec(vload(p, i), gi, vload(m, i), vload(v, i), vb1, vb2, veps, vwd,
+                                       vomb1, vomb2, vstep, vbc2, vdecay, coupled, decoupled, maximize)
+                vstore(p, i, pi)
+                vstore(m, i, mi)
+                vstore(v, i, vi)
+                i += WIDTH
+            for k in range(i, stop):
+                gk = g[k]
+                if scaled:
+                    gk = gk * coef
+                    g[k] = gk
+                p[k], m[k], v[k] = _adam_elem(p[k], gk, m[k], v[k], beta1, beta2, eps, wd,
+                                              one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
+                                              param_decay, coupled, decoupled, maximize)
+
+
+@njit(void(I64, I64, float32), parallel=True, **_STRICT)
+def _scale(G, offsets, coef):
+    n = offsets[offsets.size - 1]
+    for task in prange((n + TASK - 1) // TASK):
+        lo, hi = task * TASK, min(task * TASK + TASK, n)
+        vcoef = vsplat(coef)
+        while lo < hi:
+            t, i, stop, size = _run(offsets, lo, hi)
+            lo += stop - i
+            g = at(G[t], size)
+            while i + WIDTH <= stop:
+                vstore(g, i, vmul(vload(g, i), vcoef))
+                i += WIDTH
+            for k in range(i, stop):
+                g[k] = g[k] * coef
 
 
 @njit(void(IN, IN, F32), parallel=True, **_STRICT)
@@ -108,16 +207,33 @@ def _add(a, b, out):
         out[i] = a[i] + b[i]
 
 
-@njit(void(IN, types.Array(numba.uint8, 1, "C")), parallel=True, **_STRICT)
-def _finite_blocks(x, ok):
-    """ok[c] = 1 when block c (4096 elements) holds only finite values."""
-    for c in prange(ok.size):
-        flag = 1
-        for k in range(c * 4096, min(c * 4096 + 4096, x.size)):
-            v = x[k]
-            if v - v != 0:  # inf - inf and NaN - NaN are NaN; finite - itself is 0
-                flag = 0
-        ok[c] = flag
+@njit(boolean(I64, I64), parallel=True, **_STRICT)
+def _all_finite(G, offsets):
+    """x - x is +0 for finite x and NaN for inf and NaN, and a NaN stays NaN through every
+    later add: one vector sum per task says whether the task saw a non-finite value."""
+    n = offsets[offsets.size - 1]
+    ntasks = (n + TASK - 1) // TASK
+    bad = np.zeros(ntasks, np.uint8)
+    for task in prange(ntasks):
+        lo, hi = task * TASK, min(task * TASK + TASK, n)
+        acc = vsplat(np.float32(0.0))
+        tail = np.float32(0.0)
+        while lo < hi:
+            t, i, stop, size = _run(offsets, lo, hi)
+            lo += stop - i
+            g = at(G[t], size)
+            while i + WIDTH <= stop:
+                x = vload(g, i)
+                acc = vadd(acc, vsub(x, x))
+                i += WIDTH
+            for k in range(i, stop):
+                tail = tail + (g[k] - g[k])
+        flag = tail != tail
+        for j in range(WIDTH):
+            s = vlane(acc, j)
+            flag |= s != s
+        bad[task] = flag
+    return not bad.any()  # integers: the order cannot matter
 
 
 @njit(void(IN, F32), **_STRICT)
@@ -137,10 +253,20 @@ def _clip_finish(total_sq, max_norm, eps):
     return total, coef
 
 
+# the kernels tests/test_vectorized.py compiles for every target, and the packed
+# operations their loops must hold
+HOT_KERNELS = {"optim._sgd": (_sgd, ("mulps", "addps", "subps")),
+               "optim._adam": (_adam, ("mulps", "addps", "subps", "divps", "sqrtps")),
+               "optim._scale": (_scale, ("mulps",)), "optim._add": (_add, ("addps",)),
+               "optim._all_finite": (_all_finite, ("subps", "addps"))}
+
+
 class NumbaOptim(fold.NumbaThreads):
-    """Optimizer kernels on the CPU with numba. Arrays are flat float32 and updated in place."""
+    """Optimizer kernels on the CPU with numba, updated in place. The parameters and
+    gradients may be flat float32 arrays or pieces (`takes_pieces`, mojolike._params.Pieces); the state is flat."""
 
     backend = "cpu-numba"
+    takes_pieces = True
     WRITES = {"sgd": (0, 2), "adam": (0, 2, 3), "scale": (0,), "add": (2,)}
 
     def __init__(self, mode: str):
@@ -151,22 +277,31 @@ class NumbaOptim(fold.NumbaThreads):
         return np.zeros(n, np.float32)
 
     def sgd(self, p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay,
-            nesterov, maximize):
-        _sgd(p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize)
+            nesterov, maximize, *, grad_scale=None):
+        """One SGD pass; with grad_scale, g = g * grad_scale first (written back)."""
+        (tp, tg), cut = operands(p, g)
+        # without momentum b is a placeholder: every entry points at it, none is touched
+        tb = table(b, cut if use_momentum else np.zeros_like(cut))
+        _sgd(tp, tg, tb, cut, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay,
+             nesterov, maximize, np.float32(1.0 if grad_scale is None else grad_scale),
+             grad_scale is not None)
 
-    def adam(self, p, g, m, v, *scalars_and_flags):
-        _adam(p, g, m, v, *scalars_and_flags)
+    def adam(self, p, g, m, v, *scalars_and_flags, grad_scale=None):
+        """One Adam pass; with grad_scale, g = g * grad_scale first (written back)."""
+        (tp, tg, tm, tv), cut = operands(p, g, m, v)
+        _adam(tp, tg, tm, tv, cut, *scalars_and_flags,
+              np.float32(1.0 if grad_scale is None else grad_scale), grad_scale is not None)
 
     def scale(self, g, coef):
-        _scale(g, coef)
+        (tg,), cut = operands(g)
+        _scale(tg, cut, coef)
 
     def add(self, a, b, out):
         _add(a, b, out)
 
     def all_finite(self, x) -> bool:
-        ok = np.empty((x.size + 4095) // 4096, np.uint8)
-        _finite_blocks(x, ok)
-        return bool(ok.all())
+        (tx,), cut = operands(x)
+        return bool(_all_finite(tx, cut))
 
     def segment_sumsq(self, x, offsets):
         return fold.segment_sumsq(x, offsets)

@@ -31,10 +31,12 @@ index + WIDTH <= size).
 """
 from __future__ import annotations
 
+import operator
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.core.extending import intrinsic, models, register_model
+from numba.core.extending import intrinsic, models, overload, register_model
 
 WIDTH = 16  # lanes per vector: one zmm on AVX-512, two ymm on AVX2, four xmm on SSE2 and NEON
 _F32 = ir.FloatType()
@@ -111,6 +113,17 @@ vdiv = _binary("vdiv", "fdiv")
 
 
 @intrinsic
+def vmax(typingctx, a, b):
+    """Lane by lane `a if a > b else b` (a compare and a select: exact, no rounding)."""
+    if a != vec or b != vec:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.select(builder.fcmp_ordered(">", args[0], args[1]), args[0], args[1])
+    return vec(a, b), codegen
+
+
+@intrinsic
 def vsqrt(typingctx, a):
     """Lane by lane correctly rounded square root (llvm.sqrt)."""
     if a != vec:
@@ -132,6 +145,14 @@ def vneg(typingctx, a):
     def codegen(context, builder, sig, args):
         return builder.fneg(args[0])
     return vec(a), codegen
+
+
+@overload(operator.neg)
+def _neg(a):
+    """-v on a vector is vneg(v), so element sources that spell -x compile for vectors too."""
+    if a == vec:
+        return lambda a: vneg(a)
+    return None
 
 
 @intrinsic

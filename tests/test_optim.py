@@ -66,12 +66,21 @@ def test_list_flat_and_arena_layouts_give_the_same_bits(backend):
     flat_g = np.concatenate([g.reshape(-1) for g in grads()])
     opts = [mojolike.Adam(flat, lr=0.01, backend=backend), mojolike.Adam(views, lr=0.01, backend=backend),
             mojolike.Adam(lst, lr=0.01, backend=backend)]
-    assert [o.packed_ for o in opts] == [False, False, True]
+    assert [o.packed_ for o in opts] == [False, False, False]  # separate arrays: updated where they lie
     opts[0].step(flat_g.copy(), max_norm=0.1)
     opts[1].step(grads(), max_norm=0.1)
     opts[2].step(grads(), max_norm=0.1)
     assert_same_bits(arena, flat)
     assert_same_bits(np.concatenate([p.reshape(-1) for p in lst]), flat)
+
+
+def test_separate_arrays_are_packed_only_for_kernels_that_take_flat_arrays():
+    assert mojolike.Adam(params(), lr=0.01, backend="oracle").packed_
+    lst = params()
+    before = [p.copy() for p in lst]
+    opt = mojolike.Adam(lst, lr=0.01, backend="oracle")
+    opt.step(grads(), max_norm=0.1)  # gathered, stepped, scattered back into the caller's arrays
+    assert all((p != b).any() for p, b in zip(lst, before))
 
 
 def test_clip_scales_the_callers_gradients_and_step_returns_the_pre_clip_norm():

@@ -1,13 +1,60 @@
 /* SGD, Adam/AdamW, the clip and accumulation: the C spelling of oracles/optim.py.
    One IEEE operation per statement, in the oracle's order; -ffp-contract=off keeps
    every product rounded before it is added. Elementwise loops are parallel over
-   elements (no reductions); the clip's sums are the fold tree of fold.c. */
+   elements (no reductions); the clip's sums are the fold tree of fold.c.
 
-void mj_sgd(float *p, const float *g, float *b, int64_t n, int first, float lr, float momentum,
-            float one_minus_damp, float wd, int use_momentum, int use_decay, int nesterov, int maximize) {
-    #pragma omp parallel for schedule(static) if(n >= MJ_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float gi = maximize ? -g[i] : g[i];
+   The step kernels take each operand as a table of addresses, one per tensor, and
+   the tensors' offsets: separate arrays are updated where they lie, and a flat
+   array is a table of one. The work is split by element ranges (MJ_TASK elements
+   per task, across tensor boundaries), never by tensor, so one big tensor spreads
+   over every thread. With `scaled`, g = g * coef (the clip) is done in the same
+   pass and written back. */
+#define MJ_TASK 16384
+
+#define MJ_AT(table, t) ((float *)(intptr_t)(table)[t])
+
+/* The tensor holding element lo: the last t with offsets[t] <= lo. */
+static int64_t mj_tensor_of(const int64_t *offsets, int64_t nseg, int64_t lo) {
+    int64_t a = 0, b = nseg - 1;
+    while (a < b) {
+        int64_t mid = (a + b + 1) / 2;
+        if (offsets[mid] <= lo) a = mid; else b = mid - 1;
+    }
+    return a;
+}
+
+/* For each task, each run [i0, i1) of local indices into tensor t: BODY sees t, i0, i1. */
+#define MJ_FOR_RUNS(offsets, nseg, BODY)                                            \
+    do {                                                                            \
+        int64_t n_ = (offsets)[nseg];                                               \
+        int64_t ntasks_ = (n_ + MJ_TASK - 1) / MJ_TASK;                             \
+        _Pragma("omp parallel for schedule(static) if(n_ >= MJ_PARALLEL_MIN)")      \
+        for (int64_t task_ = 0; task_ < ntasks_; task_++) {                         \
+            int64_t lo_ = task_ * MJ_TASK;                                          \
+            int64_t hi_ = lo_ + MJ_TASK < n_ ? lo_ + MJ_TASK : n_;                  \
+            int64_t t = mj_tensor_of(offsets, nseg, lo_);                           \
+            for (; lo_ < hi_; t++) {                                                \
+                int64_t end_ = (offsets)[t + 1] < hi_ ? (offsets)[t + 1] : hi_;     \
+                int64_t i0 = lo_ - (offsets)[t], i1 = end_ - (offsets)[t];          \
+                BODY;                                                               \
+                lo_ = end_;                                                         \
+            }                                                                       \
+        }                                                                           \
+    } while (0)
+
+/* The element loops, inlined with `scaled` a constant so that each copy is one plain
+   loop the compiler vectorizes. */
+static inline __attribute__((always_inline)) void
+mj_sgd_run(float *restrict p, float *restrict g, float *restrict b, int64_t i0, int64_t i1,
+           int first, float lr, float momentum, float one_minus_damp, float wd, int use_momentum,
+           int use_decay, int nesterov, int maximize, float coef, int scaled) {
+    for (int64_t i = i0; i < i1; i++) {
+        float gi = g[i];
+        if (scaled) {
+            gi = gi * coef;
+            g[i] = gi;
+        }
+        if (maximize) gi = -gi;
         if (use_decay) {
             float t = wd * p[i];
             gi = gi + t;
@@ -34,12 +81,18 @@ void mj_sgd(float *p, const float *g, float *b, int64_t n, int first, float lr, 
     }
 }
 
-void mj_adam(float *p, const float *g, float *m, float *v, int64_t n, float beta1, float beta2,
-             float eps, float wd, float one_minus_b1, float one_minus_b2, float step_size,
-             float sqrt_bc2, float param_decay, int coupled, int decoupled, int maximize) {
-    #pragma omp parallel for schedule(static) if(n >= MJ_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float gi = maximize ? -g[i] : g[i];
+static inline __attribute__((always_inline)) void
+mj_adam_run(float *restrict p, float *restrict g, float *restrict m, float *restrict v, int64_t i0,
+            int64_t i1, float beta1, float beta2, float eps, float wd, float one_minus_b1,
+            float one_minus_b2, float step_size, float sqrt_bc2, float param_decay, int coupled,
+            int decoupled, int maximize, float coef, int scaled) {
+    for (int64_t i = i0; i < i1; i++) {
+        float gi = g[i];
+        if (scaled) {
+            gi = gi * coef;
+            g[i] = gi;
+        }
+        if (maximize) gi = -gi;
         float pi = p[i];
         if (decoupled) pi = pi * param_decay;
         if (coupled) {
@@ -64,9 +117,73 @@ void mj_adam(float *p, const float *g, float *m, float *v, int64_t n, float beta
     }
 }
 
-void mj_scale(float *g, int64_t n, float coef) {
-    #pragma omp parallel for schedule(static) if(n >= MJ_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] * coef;
+void mj_sgd_table(const int64_t *P, const int64_t *G, const int64_t *B, const int64_t *offsets,
+                  int64_t nseg, int first, float lr, float momentum, float one_minus_damp, float wd,
+                  int use_momentum, int use_decay, int nesterov, int maximize, float coef, int scaled) {
+    MJ_FOR_RUNS(offsets, nseg, {
+        if (scaled)
+            mj_sgd_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(B, t), i0, i1, first, lr, momentum,
+                       one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize, coef, 1);
+        else
+            mj_sgd_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(B, t), i0, i1, first, lr, momentum,
+                       one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize, coef, 0);
+    });
+}
+
+void mj_adam_table(const int64_t *P, const int64_t *G, const int64_t *M, const int64_t *V,
+                   const int64_t *offsets, int64_t nseg, float beta1, float beta2, float eps,
+                   float wd, float one_minus_b1, float one_minus_b2, float step_size, float sqrt_bc2,
+                   float param_decay, int coupled, int decoupled, int maximize, float coef,
+                   int scaled) {
+    MJ_FOR_RUNS(offsets, nseg, {
+        if (scaled)
+            mj_adam_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(M, t), MJ_AT(V, t), i0, i1, beta1, beta2,
+                        eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2, param_decay,
+                        coupled, decoupled, maximize, coef, 1);
+        else
+            mj_adam_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(M, t), MJ_AT(V, t), i0, i1, beta1, beta2,
+                        eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2, param_decay,
+                        coupled, decoupled, maximize, coef, 0);
+    });
+}
+
+void mj_scale_table(const int64_t *G, const int64_t *offsets, int64_t nseg, float coef) {
+    MJ_FOR_RUNS(offsets, nseg, {
+        float *restrict g = MJ_AT(G, t);
+        for (int64_t i = i0; i < i1; i++) g[i] = g[i] * coef;
+    });
+}
+
+/* x - x is +0 for finite x and NaN for inf and NaN, and a NaN stays NaN through every later
+   add: 16 lane sums per task (elementwise, so the compiler vectorizes them) say whether the
+   task saw a non-finite value. */
+int mj_all_finite_table(const int64_t *X, const int64_t *offsets, int64_t nseg) {
+    int bad = 0;
+    int64_t n = offsets[nseg];
+    int64_t ntasks = (n + MJ_TASK - 1) / MJ_TASK;
+    /* an integer OR: its order cannot matter */
+    #pragma omp parallel for schedule(static) reduction(|:bad) if(n >= MJ_PARALLEL_MIN)
+    for (int64_t task = 0; task < ntasks; task++) {
+        float acc[16] = {0.0f};
+        int64_t lo = task * MJ_TASK, hi = lo + MJ_TASK < n ? lo + MJ_TASK : n;
+        for (int64_t t = mj_tensor_of(offsets, nseg, lo); lo < hi; t++) {
+            int64_t end = offsets[t + 1] < hi ? offsets[t + 1] : hi;
+            const float *x = MJ_AT(X, t);
+            int64_t i = lo - offsets[t], stop = end - offsets[t];
+            for (; i + 16 <= stop; i += 16)
+                for (int j = 0; j < 16; j++) {
+                    float d = x[i + j] - x[i + j];
+                    acc[j] = acc[j] + d;
+                }
+            for (; i < stop; i++) {
+                float d = x[i] - x[i];
+                acc[0] = acc[0] + d;
+            }
+            lo = end;
+        }
+        for (int j = 0; j < 16; j++) bad |= acc[j] != acc[j];
+    }
+    return !bad;
 }
 
 void mj_add(const float *a, const float *b, float *out, int64_t n) {
@@ -74,24 +191,34 @@ void mj_add(const float *a, const float *b, float *out, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-int mj_all_finite(const float *x, int64_t n) {
-    int bad = 0;
-    /* an integer OR: its order cannot matter */
-    #pragma omp parallel for schedule(static) reduction(|:bad) if(n >= MJ_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float d = x[i] - x[i]; /* NaN exactly when x[i] is inf or NaN */
-        bad |= d != d;
+/* out[s] = sumsq of segment s (nseg segments at X[s], offsets[s+1] - offsets[s] floats each).
+   starts[s] = the index of segment s's first chunk (starts[nseg] = all chunks), partials holds
+   them all. One parallel loop over groups of whole chunks, which fold.c folds exactly as it
+   folds the whole segment (a chunk's partial depends on that chunk alone); a group is below
+   MJ_PARALLEL_MIN, so mj_dot_partials runs it on the calling thread. */
+#define MJ_SEG_GROUP 8
+void mj_segment_sumsq_table(const int64_t *X, const int64_t *offsets, const int64_t *starts,
+                            int64_t nseg, float *partials, float *out) {
+    int64_t nchunks = starts[nseg];
+    int64_t ngroups = (nchunks + MJ_SEG_GROUP - 1) / MJ_SEG_GROUP;
+    #pragma omp parallel for schedule(static) if(offsets[nseg] >= MJ_PARALLEL_MIN)
+    for (int64_t grp = 0; grp < ngroups; grp++) {
+        int64_t c = grp * MJ_SEG_GROUP;
+        int64_t c_end = c + MJ_SEG_GROUP < nchunks ? c + MJ_SEG_GROUP : nchunks;
+        for (int64_t s = mj_tensor_of(starts, nseg, c); c < c_end; s++) {
+            int64_t stop = starts[s + 1] < c_end ? starts[s + 1] : c_end;
+            if (stop > c) {
+                int64_t first = (c - starts[s]) * MJ_CHUNK;
+                int64_t len = offsets[s + 1] - offsets[s];
+                int64_t last = (stop - starts[s]) * MJ_CHUNK < len ? (stop - starts[s]) * MJ_CHUNK : len;
+                const float *x = MJ_AT(X, s) + first;
+                mj_dot_partials(x, x, last - first, partials + c);
+            }
+            c = stop;
+        }
     }
-    return !bad;
-}
-
-/* work: at least ceil(len/1024) floats for the longest segment */
-void mj_segment_sumsq(const float *x, const int64_t *offsets, int64_t nseg, float *out, float *work) {
-    for (int64_t s = 0; s < nseg; s++) {
-        int64_t lo = offsets[s], len = offsets[s + 1] - offsets[s];
-        mj_dot_partials(x + lo, x + lo, len, work);
-        out[s] = mj_pairwise(work, (len + MJ_CHUNK - 1) / MJ_CHUNK);
-    }
+    for (int64_t s = 0; s < nseg; s++)
+        out[s] = mj_pairwise(partials + starts[s], starts[s + 1] - starts[s]);
 }
 
 /* work: n + ceil(n/1024) floats; out[0] = total norm, out[1] = clip coefficient */

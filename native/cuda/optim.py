@@ -6,7 +6,12 @@ the CPU and GPU order of operations is one text. Elementwise kernels loop grid-s
 
 Arrays may be numpy arrays (they travel to the device and, when written, back)
 or device arrays (they stay): the optimizer keeps its moments resident, and
-parameters too after `params_to_device()`.
+parameters too after `params_to_device()`. These kernels take flat arrays only
+(no `takes_pieces`), so separate parameter arrays arrive packed into one flat
+copy (mojolike._params.Registry): host arrays cross to the device at every step
+anyway, and one flat transfer and one launch beat a table of per-tensor device
+pointers that would need as many transfers; `params_to_device()` keeps the flat
+copy resident.
 
 Reproducibility: elementwise kernels have no reductions; the clip's sums are the
 fold tree (native/cuda/fold.py), so no launch geometry reaches the bits.

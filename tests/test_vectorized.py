@@ -1,0 +1,158 @@
+"""Every hot numba kernel is packed float arithmetic in its loops on every x86-64 target LLVM may pick.
+
+A numba module lists its hot kernels in `HOT_KERNELS`: label -> dispatcher, whose
+loops must hold some packed float arithmetic, or label -> (dispatcher, mnemonics),
+whose loops must hold each of those packed operations (SSE names, e.g. ("mulps",
+"addps")). This test finds every module of native/ that has one, so a new family
+adds itself with that one line. `HOT_KERNELS_AVX2` lists what is packed only where
+the target has AVX2 (loops that look up a table per element, which LLVM
+vectorizes with gathers).
+For each target one subprocess compiles them all for NUMBA_CPU_NAME=<target> with
+NUMBA_CPU_FEATURES="" (the target's own features, not the host's) and counts the
+packed instructions inside loops (between a label and a backward jump to it) in
+`inspect_asm`. Compilation only: nothing runs, so any host can check any target.
+
+The subprocess keeps numba's cache for the target in pytest's cache folder (the
+imports then load the other kernels quickly) but compiles each hot kernel afresh,
+without the cache, so the inspected code is always the current source's.
+
+Run one target by hand: python tests/test_vectorized.py haswell
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+NATIVE = Path(__file__).resolve().parent.parent / "native"
+# target -> (mnemonic prefix, register classes a packed operation may use, has AVX2)
+TARGETS = {
+    "generic": ("", ("xmm",), False),  # baseline x86-64: SSE2, four xmm per 16-lane vector
+    "haswell": ("v", ("ymm",), True),
+    "znver3": ("v", ("ymm",), True),
+    "skylake-avx512": ("v", ("zmm", "ymm"), True),
+}
+
+
+def hot_modules() -> list[str]:
+    """The native modules whose source defines HOT_KERNELS (read as text: no import here)."""
+    return sorted(p.stem for p in NATIVE.glob("*.py")
+                  if re.search(r"^HOT_KERNELS\b", p.read_text(), re.MULTILINE))
+
+
+def packed_in_loops(asm: str) -> dict[str, int]:
+    """Counts of 'mnemonic:register' for packed single/double arithmetic inside loops."""
+    lines = asm.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.?\w+):", line))}
+    inside = set()
+    for i, line in enumerate(lines):
+        words = line.split()
+        if len(words) > 1 and words[0].startswith("j") and labels.get(words[1], i) < i:
+            inside.update(range(labels[words[1]], i + 1))
+    counts = collections.Counter()
+    for i in inside:
+        words = lines[i].split()
+        if words and re.fullmatch(r"v?(add|sub|mul|div|sqrt|max|min)p[sd]", words[0]):
+            reg = next((r for r in ("zmm", "ymm", "xmm") if r in lines[i]), "other")
+            counts[f"{words[0]}:{reg}"] += 1
+    return dict(counts)
+
+
+def compile_and_count(modules: list[str]) -> dict:
+    """In the target's process: {module.kernel: {"want": [...], "packed": counts}}."""
+    import importlib
+
+    from numba import njit
+    def entry(value):  # (dispatcher, mnemonics); None: any packed arithmetic
+        return value if isinstance(value, tuple) else (value, None)
+
+    out = {}
+    for name in modules:
+        mod = importlib.import_module(f"mojolike.native.{name}")
+        hot = {k: entry(v) for k, v in mod.HOT_KERNELS.items()}
+        avx2 = {k: entry(v) for k, v in getattr(mod, "HOT_KERNELS_AVX2", {}).items()}
+        for label, (d, _) in {**hot, **avx2}.items():
+            options = {k: v for k, v in d.targetoptions.items() if k not in ("cache", "nopython")}
+            fresh = njit(**options)(d.py_func)  # compiled anew: inspect_asm refuses cached code
+            counts = collections.Counter()
+            for sig in d.signatures:
+                fresh.compile(sig)
+                counts.update(packed_in_loops(fresh.inspect_asm(sig)))
+            out[label] = {"want": hot[label][1] if label in hot else [],
+                          "want_avx2": avx2[label][1] if label in avx2 else [],
+                          "packed": dict(counts)}
+    return out
+
+
+def start_target(target: str, cache: Path) -> subprocess.Popen:
+    env = dict(os.environ, NUMBA_CPU_NAME=target, NUMBA_CPU_FEATURES="",
+               NUMBA_CACHE_DIR=str(cache / target))
+    return subprocess.Popen([sys.executable, __file__, target], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def targets(request) -> dict[str, subprocess.Popen]:
+    """One compiling process per target, all started at once (each test waits for its own)."""
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir("mojolike-numba-targets") if cache is not None
+                else tempfile.mkdtemp(prefix="mojolike-numba-targets-"))
+    procs = {t: start_target(t, root) for t in TARGETS}
+    yield procs
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
+def test_the_registry_lists_the_hot_kernels_of_fold_optim_loss_crmath_and_layers():
+    assert {"fold", "optim", "loss", "crmath", "layers"} <= set(hot_modules())
+
+
+def test_the_asm_reader_counts_packed_operations_inside_loops_only():
+    asm = """
+    mulps %xmm1, %xmm0
+.LBB0_2:
+    vmulps (%rax), %zmm1, %zmm2
+    vaddps %zmm2, %zmm0, %zmm0
+    mulss %xmm3, %xmm4
+    jne .LBB0_2
+    vaddps %ymm1, %ymm0, %ymm0
+    jmp .LBB0_9
+.LBB0_9:
+    ret
+"""
+    assert packed_in_loops(asm) == {"vmulps:zmm": 1, "vaddps:zmm": 1}
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_hot_kernels_are_packed_in_their_loops_on_every_target(target, targets):
+    prefix, regs, has_avx2 = TARGETS[target]
+    out, err = targets[target].communicate(timeout=1800)
+    assert targets[target].returncode == 0, err[-4000:]
+    found = json.loads(out.splitlines()[-1])
+    assert found, "no hot kernel was compiled"
+    missing = []
+    for kernel, entry in found.items():
+        if entry["want"] is None:  # any packed arithmetic will do
+            if not any(k.startswith(prefix) and k.split(":")[1] in regs for k in entry["packed"]):
+                missing.append(f"{kernel}: no packed arithmetic on {'/'.join(regs)} in a loop "
+                               f"(found {entry['packed']})")
+            continue
+        wanted = entry["want"] + ((entry["want_avx2"] or []) if has_avx2 else [])
+        for op in wanted:
+            if not any(entry["packed"].get(f"{prefix}{op}:{r}", 0) for r in regs):
+                missing.append(f"{kernel}: no packed {prefix}{op} on {'/'.join(regs)} in a loop "
+                               f"(found {entry['packed']})")
+    assert not missing, f"{target}:\n" + "\n".join(missing)
+
+
+if __name__ == "__main__":  # the target's process: NUMBA_CPU_NAME is set by the caller
+    print(json.dumps(compile_and_count(hot_modules())))
