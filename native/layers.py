@@ -3,11 +3,13 @@
 `gemm_nt(a, b)` computes out[i, j] = fold over k of a[i, k] * b[j, k]: every cell
 is `mojolike.dot(a[i], b[j])` on the library's one tree, so a row's result never
 depends on the other rows of the call. The 32 lanes of a cell are 32 contiguous
-products (lane l of chunk c holds k = 1024c + 32t + l), so a cell keeps its lanes
-in two `simd.Vec` accumulators and a 2 x 2 tile of cells shares its loads; the
-butterfly and the pairwise tree over chunks follow, per cell. Tiles are grouped
-in 64 x 64 blocks (the operands of a block stay in L2), and threads take whole
-blocks, so the thread count never reaches a cell's arithmetic.
+products (lane l of chunk c holds k = 1024c + 32t + l), so a tile of cells keeps
+16 lanes of each cell in one `simd.Vec` accumulator per pass (two passes a chunk)
+and shares its loads: 4 rows of a by 6 rows of b with 32 vector registers, 1 x 6
+with fewer (`_target_tile`). The butterfly follows in registers, then the pairwise
+tree over chunks, per cell. Blocks of rows keep a's rows in L2 and a group of six
+rows of b in L1 (the layout of native/c/layers.c); threads claim whole blocks, so
+neither the thread count nor the other rows reach a cell's arithmetic.
 
 `col_fold(a, b)` folds each column over the rows (lane = row mod 32 within a
 chunk of 1024 rows), 16 columns per vector; `segment_fold` does the same over a
@@ -26,9 +28,12 @@ no sum is split by thread.
 """
 from __future__ import annotations
 
+import llvmlite.binding as llvm
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import boolean, float32, int64, njit, prange, types, void
+from numba.core.extending import intrinsic
 
 from .fold import NEG_ZERO, NumbaThreads
 from .simd import vadd, vbutterfly, vload, vmul, vsplat, vstore
@@ -38,7 +43,6 @@ IN1 = types.Array(float32, 1, "C", readonly=True)
 IN2 = types.Array(float32, 2, "C", readonly=True)
 I1 = types.Array(int64, 1, "C", readonly=True)
 F1, F2 = float32[::1], float32[:, ::1]
-BLOCK_ROWS = 64  # rows of a and of b per block: 2 x 64 x K floats stay in L2 for K up to ~2048
 VEC = 16  # columns per vector in the column folds (simd.WIDTH)
 
 
@@ -67,95 +71,211 @@ def _pairwise_at(p, o, k):
     return p[o]
 
 
+def _target_tile() -> tuple[int, int]:
+    """The GEMM's register tile for the CPU numba compiles for: (rows of a per tile, rows of b
+    per multiply-add group). A tile's accumulators, a row of a and a product must fit the
+    vector registers or the loop spills. LLVM lowers the probe's 16-float add to one zmm (32
+    registers: 4 x 6 cells, 24 accumulators), two ymm (16 registers: 1 x 6, 12 ymm), or four
+    128-bit registers (NEON's 32: 1 x 6; SSE2's 16: 1 x 6 as three groups of 1 x 2)."""
+    cpu = numba.config.CPU_NAME
+    if cpu is None or cpu == "host":
+        cpu = llvm.get_host_cpu_name()
+    features = numba.config.CPU_FEATURES
+    if features is None:
+        features = llvm.get_host_cpu_features().flatten()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    triple = llvm.get_process_triple()
+    machine = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features)
+    probe = llvm.parse_assembly("define <16 x float> @probe(<16 x float> %a, <16 x float> %b) {\n"
+                                "  %c = fadd <16 x float> %a, %b\n  ret <16 x float> %c\n}\n")
+    probe.triple = triple
+    asm = machine.emit_assembly(probe)
+    if "zmm" in asm:
+        return 4, 6
+    if "ymm" in asm or not triple.startswith(("x86_64", "i386", "i686")):
+        return 1, 6
+    return 1, 2
+
+
+TILE_ROWS, TILE_GROUP = _target_tile()  # frozen into the kernel; the target is in numba's cache key
+TILE_COLS = 6  # rows of b a tile meets: their chunk stays in L1 while the rows of a pass by
+A_BLOCK_FLOATS = 128 << 10  # rows of a per block: 512 KiB of them stay in L2
+B_BLOCK_ROWS = 66  # rows of b per block (a multiple of TILE_COLS); blocks are the parallel work
+_PAD_A = (0, 32, 64, 96)  # row offsets in the padded copies of a short last step
+_PAD_B = (0, 32, 64, 96, 128, 160)
+
+
+@intrinsic
+def _claim(typingctx, counter):
+    """counter[0] += 1 atomically, returning the old value: the next block for whichever
+    thread asks (a thread on a busy core takes fewer; no cell depends on which thread)."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        return builder.atomic_rmw("add", ary.data, ir.Constant(ir.IntType(64), 1), "monotonic")
+    return types.int64(counter), codegen
+
+
+@njit(inline="always", **_STRICT)
+def _step6(acc, x, b, rb, o):
+    """acc[c] + x * (16 floats of row c of b): each product rounded, then added to its lane."""
+    return (vadd(acc[0], vmul(x, vload(b, rb[0] + o))), vadd(acc[1], vmul(x, vload(b, rb[1] + o))),
+            vadd(acc[2], vmul(x, vload(b, rb[2] + o))), vadd(acc[3], vmul(x, vload(b, rb[3] + o))),
+            vadd(acc[4], vmul(x, vload(b, rb[4] + o))), vadd(acc[5], vmul(x, vload(b, rb[5] + o))))
+
+
+@njit(inline="always", **_STRICT)
+def _step2(c0, c1, x, b, r0, r1, o):
+    return vadd(c0, vmul(x, vload(b, r0 + o))), vadd(c1, vmul(x, vload(b, r1 + o)))
+
+
+@njit(inline="always", **_STRICT)
+def _lanes_4x6(a, b, ra, rb, steps, q, acc):
+    """acc plus lanes q..q+15 of `steps` steps of a 4 x 6 tile (rows at offsets ra of a and
+    rb of b): four rows of 6 accumulators, in registers."""
+    c0, c1, c2, c3 = acc
+    for t in range(steps):
+        o = 32 * t + q
+        c0 = _step6(c0, vload(a, ra[0] + o), b, rb, o)
+        c1 = _step6(c1, vload(a, ra[1] + o), b, rb, o)
+        c2 = _step6(c2, vload(a, ra[2] + o), b, rb, o)
+        c3 = _step6(c3, vload(a, ra[3] + o), b, rb, o)
+    return c0, c1, c2, c3
+
+
+@njit(inline="always", **_STRICT)
+def _lanes_1x6(a, b, ra, rb, steps, q, acc):
+    """The same for one row of a; with TILE_GROUP 2 in three passes of two rows of b."""
+    if TILE_GROUP == 6:
+        for t in range(steps):
+            o = 32 * t + q
+            acc = _step6(acc, vload(a, ra[0] + o), b, rb, o)
+        return acc
+    c0, c1, c2, c3, c4, c5 = acc
+    for t in range(steps):
+        o = 32 * t + q
+        c0, c1 = _step2(c0, c1, vload(a, ra[0] + o), b, rb[0], rb[1], o)
+    for t in range(steps):
+        o = 32 * t + q
+        c2, c3 = _step2(c2, c3, vload(a, ra[0] + o), b, rb[2], rb[3], o)
+    for t in range(steps):
+        o = 32 * t + q
+        c4, c5 = _step2(c4, c5, vload(a, ra[0] + o), b, rb[4], rb[5], o)
+    return c0, c1, c2, c3, c4, c5
+
+
+@njit(inline="always", **_STRICT)
+def _fly6(lo, hi):
+    """The chunk partials of six cells: each cell's butterfly over its 32 lanes, in registers."""
+    return (vbutterfly(lo[0], hi[0]), vbutterfly(lo[1], hi[1]), vbutterfly(lo[2], hi[2]),
+            vbutterfly(lo[3], hi[3]), vbutterfly(lo[4], hi[4]), vbutterfly(lo[5], hi[5]))
+
+
+@njit(inline="always", **_STRICT)
+def _pad(dst, o, src, start, count, pad):
+    """dst[o : o + 32] = src[start : start + count], then `pad`: a short last step's copy."""
+    for j in range(32):
+        dst[o + j] = src[start + j] if j < count else pad
+
+
+@njit(inline="always", **_STRICT)
+def _put(out, part, cells, i, j0, cols, ch, m, n, nchunks, i_lo, bias, has_bias, chunk_partials):
+    """Where the chunk partials of cells (i, j0 .. j0 + cols) go: the output (+ bias) for one
+    chunk, the chunk-partial output, or `part` for the pairwise tree after the last chunk."""
+    for c in range(cols):
+        v = cells[c]
+        if chunk_partials:
+            out[(ch * m + i) * n + j0 + c] = v
+        elif nchunks == 1:
+            out[i * n + j0 + c] = v + bias[j0 + c] if has_bias else v
+        else:
+            part[((i - i_lo) * TILE_COLS + c) * nchunks + ch] = v
+
+
+@njit(**_STRICT)
+def _gemm_block(a, b, m, n, kk, i_lo, i_hi, j_lo, j_hi, bias, has_bias, chunk_partials, out,
+                pa, pb, part):
+    """Rows [i_lo, i_hi) of a by rows [j_lo, j_hi) of b. For each group of six rows of b (its
+    chunk kept in L1), each chunk, the block's rows of a (kept in L2) pass by, TILE_ROWS at
+    a time, then one at a time. A group past the last row of b holds copies of it (computed,
+    not stored). A short last step comes from copies padded with -0.0 (a) and +0.0 (b): a
+    padded product is -0.0, which leaves its lane as it was."""
+    nchunks = (kk + 1023) // 1024
+    z = vsplat(NEG_ZERO)
+    z6 = (z, z, z, z, z, z)
+    for j0 in range(j_lo, j_hi, TILE_COLS):
+        cols = min(TILE_COLS, j_hi - j0)
+        r = (min(j0, j_hi - 1) * kk, min(j0 + 1, j_hi - 1) * kk, min(j0 + 2, j_hi - 1) * kk,
+             min(j0 + 3, j_hi - 1) * kk, min(j0 + 4, j_hi - 1) * kk, min(j0 + 5, j_hi - 1) * kk)
+        for ch in range(nchunks):
+            base = 1024 * ch
+            end = min(base + 1024, kk)
+            steps = (end - base) // 32
+            k0 = base + 32 * steps
+            tail = k0 < end
+            rb = (r[0] + base, r[1] + base, r[2] + base, r[3] + base, r[4] + base, r[5] + base)
+            if tail:
+                for c in range(TILE_COLS):
+                    _pad(pb, 32 * c, b, r[c] + k0, end - k0, np.float32(0.0))
+            i0 = i_lo
+            while TILE_ROWS == 4 and i_hi - i0 >= 4:
+                ra = (i0 * kk + base, (i0 + 1) * kk + base, (i0 + 2) * kk + base, (i0 + 3) * kk + base)
+                lo = _lanes_4x6(a, b, ra, rb, steps, 0, (z6, z6, z6, z6))
+                hi = _lanes_4x6(a, b, ra, rb, steps, 16, (z6, z6, z6, z6))
+                if tail:
+                    for i in range(4):
+                        _pad(pa, 32 * i, a, (i0 + i) * kk + k0, end - k0, NEG_ZERO)
+                    lo = _lanes_4x6(pa, pb, _PAD_A, _PAD_B, 1, 0, lo)
+                    hi = _lanes_4x6(pa, pb, _PAD_A, _PAD_B, 1, 16, hi)
+                for i in range(4):
+                    _put(out, part, _fly6(lo[i], hi[i]), i0 + i, j0, cols, ch, m, n, nchunks, i_lo,
+                         bias, has_bias, chunk_partials)
+                i0 += 4
+            for i in range(i0, i_hi):
+                ra1 = (i * kk + base,)
+                lo1 = _lanes_1x6(a, b, ra1, rb, steps, 0, z6)
+                hi1 = _lanes_1x6(a, b, ra1, rb, steps, 16, z6)
+                if tail:
+                    _pad(pa, 0, a, i * kk + k0, end - k0, NEG_ZERO)
+                    lo1 = _lanes_1x6(pa, pb, _PAD_A, _PAD_B, 1, 0, lo1)
+                    hi1 = _lanes_1x6(pa, pb, _PAD_A, _PAD_B, 1, 16, hi1)
+                _put(out, part, _fly6(lo1, hi1), i, j0, cols, ch, m, n, nchunks, i_lo, bias,
+                     has_bias, chunk_partials)
+        if chunk_partials or nchunks == 1:
+            continue
+        for i in range(i_lo, i_hi):
+            for c in range(cols):
+                v = _pairwise_at(part, ((i - i_lo) * TILE_COLS + c) * nchunks, nchunks)
+                out[i * n + j0 + c] = v + bias[j0 + c] if has_bias else v
+
+
 @njit(void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1), parallel=True, **_STRICT)
 def _gemm_nt(a, b, m, n, kk, bias, has_bias, chunk_partials, out):
     """out (M, N) = the cells; with `chunk_partials`, out (nchunks, M, N) = each cell's chunk
-    partials before the pairwise tree (for sums that continue over several calls)."""
+    partials before the pairwise tree (for sums that continue over several calls). Threads
+    claim blocks until none is left, so one whose core is busy takes fewer."""
     nchunks = (kk + 1023) // 1024
-    nbi = (m + BLOCK_ROWS - 1) // BLOCK_ROWS
-    nbj = (n + BLOCK_ROWS - 1) // BLOCK_ROWS
-    for blk in prange(nbi * nbj):
-        bi = blk // nbj
-        bj = blk % nbj
-        part = np.empty(4 * nchunks, np.float32)
-        s = np.empty(128, np.float32)
-        for i0 in range(bi * BLOCK_ROWS, min(bi * BLOCK_ROWS + BLOCK_ROWS, m), 2):
-            ra0 = i0 * kk
-            ra1 = min(i0 + 1, m - 1) * kk  # an odd last row is computed twice and stored once
-            for j0 in range(bj * BLOCK_ROWS, min(bj * BLOCK_ROWS + BLOCK_ROWS, n), 2):
-                rb0 = j0 * kk
-                rb1 = min(j0 + 1, n - 1) * kk
-                for c in range(nchunks):
-                    base = c * 1024
-                    end = min(base + 1024, kk)
-                    steps = (end - base) // 32
-                    z = vsplat(NEG_ZERO)
-                    c00l = z
-                    c00h = z
-                    c01l = z
-                    c01h = z
-                    c10l = z
-                    c10h = z
-                    c11l = z
-                    c11h = z
-                    for t in range(steps):
-                        o = base + 32 * t
-                        x0l = vload(a, ra0 + o)
-                        x0h = vload(a, ra0 + o + 16)
-                        x1l = vload(a, ra1 + o)
-                        x1h = vload(a, ra1 + o + 16)
-                        y0l = vload(b, rb0 + o)
-                        y0h = vload(b, rb0 + o + 16)
-                        y1l = vload(b, rb1 + o)
-                        y1h = vload(b, rb1 + o + 16)
-                        c00l = vadd(c00l, vmul(x0l, y0l))
-                        c00h = vadd(c00h, vmul(x0h, y0h))
-                        c01l = vadd(c01l, vmul(x0l, y1l))
-                        c01h = vadd(c01h, vmul(x0h, y1h))
-                        c10l = vadd(c10l, vmul(x1l, y0l))
-                        c10h = vadd(c10h, vmul(x1h, y0h))
-                        c11l = vadd(c11l, vmul(x1l, y1l))
-                        c11h = vadd(c11h, vmul(x1h, y1h))
-                    r0 = base + 32 * steps
-                    if r0 == end:  # whole steps only: the butterfly runs in registers
-                        part[c] = vbutterfly(c00l, c00h)
-                        part[nchunks + c] = vbutterfly(c01l, c01h)
-                        part[2 * nchunks + c] = vbutterfly(c10l, c10h)
-                        part[3 * nchunks + c] = vbutterfly(c11l, c11h)
-                        continue
-                    vstore(s, 0, c00l)
-                    vstore(s, 16, c00h)
-                    vstore(s, 32, c01l)
-                    vstore(s, 48, c01h)
-                    vstore(s, 64, c10l)
-                    vstore(s, 80, c10h)
-                    vstore(s, 96, c11l)
-                    vstore(s, 112, c11h)
-                    for k in range(r0, end):  # the short last step: padded lanes add -0.0, skipped
-                        lane = k - r0
-                        p00 = a[ra0 + k] * b[rb0 + k]
-                        p01 = a[ra0 + k] * b[rb1 + k]
-                        p10 = a[ra1 + k] * b[rb0 + k]
-                        p11 = a[ra1 + k] * b[rb1 + k]
-                        s[lane] = s[lane] + p00
-                        s[32 + lane] = s[32 + lane] + p01
-                        s[64 + lane] = s[64 + lane] + p10
-                        s[96 + lane] = s[96 + lane] + p11
-                    for cell in range(4):
-                        part[cell * nchunks + c] = _butterfly_at(s, 32 * cell)
-                for cell in range(4):
-                    i = i0 + cell // 2
-                    j = j0 + cell % 2
-                    if i >= m or j >= n:
-                        continue
-                    if chunk_partials:
-                        for c in range(nchunks):
-                            out[(c * m + i) * n + j] = part[cell * nchunks + c]
-                    else:
-                        v = _pairwise_at(part, cell * nchunks, nchunks)
-                        if has_bias:
-                            v = v + bias[j]
-                        out[i * n + j] = v
+    mb = max(1, min(256 // TILE_ROWS, A_BLOCK_FLOATS // (kk * TILE_ROWS))) * TILE_ROWS
+    nbi = (m + mb - 1) // mb
+    nbj = (n + B_BLOCK_ROWS - 1) // B_BLOCK_ROWS
+    nblocks = nbi * nbj
+    claimed = np.zeros(1, np.int64)
+    for _ in prange(nblocks):  # the first iteration on each thread takes all it can
+        blk = _claim(claimed)
+        if blk >= nblocks:
+            continue
+        pa = np.empty(32 * 4, np.float32)
+        pb = np.empty(32 * TILE_COLS, np.float32)
+        part = np.empty(mb * TILE_COLS * nchunks if nchunks > 1 else 1, np.float32)
+        while blk < nblocks:
+            i_lo = blk // nbj * mb
+            j_lo = blk % nbj * B_BLOCK_ROWS
+            _gemm_block(a, b, m, n, kk, i_lo, min(i_lo + mb, m), j_lo, min(j_lo + B_BLOCK_ROWS, n),
+                        bias, has_bias, chunk_partials, out, pa, pb, part)
+            blk = _claim(claimed)
 
 
 @njit(void(IN1, IN1, boolean, I1, int64, int64, int64, F1, float32[::1], F1), inline="always",
