@@ -52,7 +52,7 @@ _LOADERS = {
     ("fold", "cpu-cffi"): "mojolike.native.c.fold:load",
     ("fold", "cuda"): "mojolike.native.cuda.fold:load",
     ("fold", "cuda-sim"): "mojolike.native.cuda.fold:load",
-    ("optim", "oracle"): "mojolike._optim:oracle_kernels",
+    ("optim", "oracle"): "mojolike._optim_oracle:oracle_kernels",
     ("optim", "cpu-numba"): "mojolike.native.optim:load",
     ("optim", "cpu-cffi"): "mojolike.native.c.optim:load",
     ("optim", "cuda"): "mojolike.native.cuda.optim:load",
