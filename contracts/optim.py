@@ -243,7 +243,8 @@ def _refusal_table(backend: str):
         ("fused", lambda: ctor("Adam", fused=True)),
         ("capturable", lambda: ctor("Adam", capturable=True)),
         ("differentiable", lambda: ctor("SGD", differentiable=True)),
-        ("params", lambda: ctor("SGD", params=[{"params": p()}])),  # parameter groups
+        ("params", lambda: ctor("SGD", params=[{"params": p()[0]}, np.ones(3, np.float32)])),
+        ("param_groups[0].amsgrad", lambda: ctor("Adam", params=[{"params": p(), "amsgrad": True}])),
         ("params[0]", lambda: ctor("SGD", params=[np.ones(3, np.float16)])),
         ("params", lambda: ctor("Adam", params=np.ones(3))),  # float64
         ("params[0]", lambda: ctor("SGD", params=[readonly])),

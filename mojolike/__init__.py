@@ -16,9 +16,10 @@ from ._layers_head import chunked_lm_head_loss
 from ._loss import cross_entropy
 from ._optim import SGD, Adam, AdamW
 from ._outlier import OutlierDetector
-from ._optim_grads import accumulate_grads, accumulation_is_aligned, clip_grad_norm_
+from ._optim_grads import accumulate_grads, accumulation_is_aligned, clip_grad_norm_, get_total_norm
 from ._optim_state import load_state, save_state
 from ._rng import Generator
+from ._scaler import GradScaler, grad_checksum
 from ._schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR
 from ._tape import Tape
 from .registry import backend_used, backends, numeric_mode_used
@@ -27,11 +28,11 @@ from .refusals import BackendUnavailable, Refusal
 __version__ = "0.1.0"
 
 __all__ = [
-    "SGD", "Adam", "AdamW", "BackendUnavailable", "ConstantLR", "Generator", "OutlierDetector",
+    "SGD", "Adam", "AdamW", "BackendUnavailable", "ConstantLR", "Generator", "GradScaler", "OutlierDetector",
     "Refusal",
     "WarmupCosineLR", "WarmupLinearLR", "accumulate_grads", "accumulation_is_aligned",
-    "backend_used", "backends", "chunked_lm_head_loss", "clip_grad_norm_", "cross_entropy", "dot", "embedding",
-    "embedding_backward", "fold", "linear", "linear_backward", "load_state", "math",
+    "backend_used", "backends", "chunked_lm_head_loss", "clip_grad_norm_", "get_total_norm", "cross_entropy", "dot", "embedding",
+    "embedding_backward", "fold", "grad_checksum", "linear", "linear_backward", "load_state", "math",
     "mlp_inference_sessions", "numeric_mode_used", "random", "relu", "rms_norm",
     "rms_norm_backward", "save_state", "sumsq", "Tape",
 ]

@@ -17,7 +17,6 @@ a refused step leaves every buffer and attribute as it was.
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -25,7 +24,9 @@ import numpy as np
 from . import checks, registry
 from ._optim_grads import CLIP_EPS, accumulate_grads, check_tokens
 from ._optim_state import check_state_dict
+from . import _optim_groups as groups_
 from ._params import Registry, as_list, part
+from .oracles import f32
 from .oracles import optim as spec
 from .oracles.fold import split_is_exact
 from .refusals import Refusal, refuse
@@ -66,33 +67,72 @@ def _scalars_finite(entry: str, what: str, s) -> None:
                                 f"must keep every host scalar finite")
 
 
+def _option(name: str) -> property:
+    """An option as an attribute: the only group's in the plain form (opt.lr = x takes effect at
+    the next step, checked then), the defaults' when the optimizer was given groups."""
+    def where(self) -> dict:
+        return self.defaults if self._listed_groups else self.param_groups[0]
+
+    return property(lambda self: where(self)[name],
+                    lambda self, value: where(self).__setitem__(name, value))
+
+
 class _Optimizer:
-    """What SGD, Adam and AdamW share: the registry, the clip, steps, state, residency."""
+    """What SGD, Adam and AdamW share: groups, the registry, the clip, steps, state, residency."""
 
     _ENTRY = "mojolike.optimizer"
     _OPTIONS: tuple[str, ...] = ()
+    _GROUP_OPTIONS: tuple[str, ...] = ()  # what a param group may set, besides "params"
 
-    def __init__(self, params, *, lr, lr_schedule=None, accumulation_steps=1, numeric_mode=None,
+    def __init__(self, params, defaults: dict, *, accumulation_steps=1, numeric_mode=None,
                  backend=None):
         e = self._ENTRY
-        self.lr = _given(lr, checks.real32(e, "lr", lr, low=0.0))  # as given, like torch
-        if lr_schedule is not None and not callable(getattr(lr_schedule, "lr_at", None)):
-            refuse(e, "lr_schedule", "needs a one-based lr_at(t) method")
-        self.lr_schedule = lr_schedule
+        groups, self._listed_groups = groups_.build(e, params, defaults, self._GROUP_OPTIONS)
+        # every group checked (and its first step's host scalars finite) before anything else
+        checked = [self._check_group(k, g) for k, g in enumerate(groups)]
+        for g, c in zip(groups, checked):
+            g.update((key, c[key]) for key in self._GROUP_OPTIONS)
+        self.defaults = dict(checked[0] if not self._listed_groups else self._check_group(
+            None, {"params": [], **defaults}))
         steps = checks.integer(e, "accumulation_steps", accumulation_steps, low=1)
         if steps & (steps - 1):
             refuse(e, "accumulation_steps", "must be a power of two >= 1", value=steps)
         self.accumulation_steps = steps
-        self._scalars(self.lr, 1)  # every host scalar of the first step must be finite
         self._k = registry.kernels(e, "optim", backend, numeric_mode)
         self.backend, self.numeric_mode = self._k.backend, self._k.numeric_mode
-        self._reg = Registry(e, params, pieces=getattr(self._k, "takes_pieces", False))
+        self._reg = Registry(e, groups_.flat_params(params, groups, self._listed_groups),
+                             pieces=getattr(self._k, "takes_pieces", False))
+        self.param_groups = groups
+        self._group_ids = [[id(p) for p in g["params"]] for g in groups]
+        self._group_of = [k for k, g in enumerate(groups) for _ in g["params"]] \
+            if self._listed_groups else [0] * len(self._reg.sizes)
+        self._steps = [0] * len(self._reg.sizes)  # per tensor: the steps it has taken
         self.t = 0
         self.total_norm_ = None
         self.clip_coef_ = None
         self.lr_ = None
         self.aligned_ = None
         self._device_params = None
+
+    def _check_group(self, k, group: dict) -> dict:
+        """Group k's options checked (k None: the defaults), as given, plus their first step's
+        host scalars checked finite; refusals name the option ('lr', or 'param_groups[1].lr')."""
+        name = groups_.option_name(k, self._listed_groups and k is not None)
+        e = self._ENTRY
+        h = {"lr": _given(group["lr"], checks.real32(e, name("lr"), group["lr"], low=0.0))}
+        sched = group.get("lr_schedule")
+        if sched is not None and not callable(getattr(sched, "lr_at", None)):
+            refuse(e, name("lr_schedule"), "needs a one-based lr_at(t) method")
+        h["lr_schedule"] = sched
+        h.update(self._check_options(group, name))
+        self._scalars(h, h["lr"], 1, name)  # every host scalar of a first step must be finite
+        return h
+
+    def _check_options(self, group: dict, name) -> dict:
+        raise NotImplementedError
+
+    lr = _option("lr")
+    lr_schedule = _option("lr_schedule")
 
     @property
     def packed_(self) -> bool:
@@ -102,50 +142,138 @@ class _Optimizer:
         return self._reg.packed
 
     # -- the step ----------------------------------------------------------------------------
-    def step(self, grads, max_norm=None, **unknown):
-        """One optimizer step with `grads` (matching the parameters in count, shape and order).
+    def step(self, grads, max_norm=None, *, grad_scale=None, clip="inplace", update_gate=True,
+             **unknown):
+        """One optimizer step with `grads` (matching the parameters in count, shape and order;
+        None for a parameter that takes no step: a frozen one).
 
-        With `max_norm`, the global-norm clip scales the caller's gradients in place
-        first and the pre-clip total norm is returned; otherwise returns None.
+        max_norm: the global-norm clip over the gradients present; returns the total norm
+        (else None). clip="inplace" scales the caller's gradients first (torch's
+        clip_grad_norm_ then step); clip="fold" leaves them as they are and folds the
+        coefficient into the step's read of each gradient (llm.c's grad_scale).
+        grad_scale: every gradient is read as g * grad_scale (one float32 multiply, before
+        weight decay joins); the buffers are left unchanged. With max_norm it needs
+        clip="fold", and the total norm is the raw gradients' norm times grad_scale.
+        update_gate: False (a bool, or a 0-d / 1-element array holding 0 or False) skips
+        the step: nothing is read or written and t does not advance.
         """
         e = self._ENTRY
+        checks.keywords(f"{e}.step", unknown,
+                        ("grads", "max_norm", "grad_scale", "clip", "update_gate"), _STEP_HINTS)
+        return self._step(grads, max_norm, grad_scale, clip, update_gate)
+
+    def _step(self, grads, max_norm=None, grad_scale=None, clip="inplace", update_gate=True,
+              sumsqs=None):
+        """The step; `sumsqs` (each present gradient's sum of squares, from a pass the caller
+        made: mojolike.GradScaler) spares the norm pass and vouches that the gradients are finite."""
+        e = self._ENTRY
         registry.check_fp_state(e, self.numeric_mode)
-        checks.keywords(f"{e}.step", unknown, ("grads", "max_norm"), _STEP_HINTS)
         self._reg.check_unchanged()
+        clip = checks.choice(e, "clip", clip, ("inplace", "fold"))
         m = None if max_norm is None else checks.real32(e, "max_norm", max_norm, low=0.0)
-        g, gathered = self._reg.grads(grads, writable=m is not None)
+        s = None if grad_scale is None else checks.real32(e, "grad_scale", grad_scale)
+        if s is not None and m is not None and clip == "inplace":
+            refuse(e, "grad_scale", "with max_norm needs clip='fold': the in-place clip would "
+                                    "scale gradients that grad_scale says are not yet scaled",
+                   value=grad_scale)
+        gate = _gate(e, update_gate)
+        in_place = m is not None and clip == "inplace"
+        g, gathered, present = self._reg.grads(grads, writable=in_place, frozen=True)
+        hyper = self._groups_checked()
+        if not gate:
+            return None
         t = self.t + 1
-        lr = self.lr if self.lr_schedule is None else self._scheduled_lr(t)
-        s = self._scalars(lr, t)
+        keys = [(self._group_of[i], present[i], self._state_key(i)) for i in range(len(present))]
+        work = []  # (run, host scalars): every scalar is checked before anything is written
+        for k, i, j in groups_.runs(keys):
+            h = hyper[k]
+            lr = h["lr"] if h["lr_schedule"] is None else self._scheduled_lr(k, h, t)
+            work.append(((k, i, j), lr, self._scalars(h, lr, self._steps[i] + 1,
+                                                      groups_.option_name(k, self._listed_groups))))
         total = coef = None
+        read = None if s is None else np.float32(s)
         if m is not None:
-            total, coef = self._k.clip_coef(self._k.segment_sumsq(g, self._reg.offsets),
-                                            np.float32(m), CLIP_EPS)
-            # a finite sum of squares also proves every gradient finite: no separate check
-            if not math.isfinite(float(total)):
-                refuse(e, "grads", f"hold inf or NaN, or squares that overflow: the total norm is "
-                                   f"{float(total)}; nothing was scaled or stepped")
-        elif self.numeric_mode == registry.CONTRACT_MODE and not self._k.all_finite(g):
+            total, coef = self._clip(g, present, m, s, sumsqs)
+            if coef != 1.0:
+                read = np.float32(coef) if s is None else np.float32(f32.mul(s, coef))
+        elif sumsqs is None and self.numeric_mode == registry.CONTRACT_MODE and \
+                not all(self._k.all_finite(x) for x in self._present_parts(g, present)):
             refuse(e, "grads", "hold inf or NaN; in numeric_mode='identical' a non-finite gradient "
                                "is refused before anything is written")
         # nothing has been written up to here: every refusal above leaves buffers and attributes
-        scaled = m is not None and coef != 1.0  # g * 1 is g: skip the scaling
-        fused = scaled and getattr(self._k, "takes_pieces", False)
-        if scaled and not fused:
-            self._k.scale(g, coef)  # kernels of flat arrays only scale in a pass of their own
+        write_back = in_place and read is not None
         p = self._params_for_kernel()
-        self._update(p, g, s, coef if fused else None)  # fused: the step's pass scales g first
-        if scaled:
+        for run, _, sc in work:
+            self._update(p, g, run, sc, read, write_back)
+        if write_back:
             self._reg.scatter_grads(gathered)
         self._params_done()
+        for _, i, j in (w[0] for w in work):
+            for x in range(i, j):
+                self._steps[x] += 1
+        self._stepped(work)
         self.t = t
-        self.lr_ = lr
+        self.lr_ = work[0][1] if work else None
         self.total_norm_ = None if total is None else float(total)
         self.clip_coef_ = None if coef is None else float(coef)
         return self.total_norm_
 
-    def _scheduled_lr(self, t: int) -> float:
-        return checks.real32(self._ENTRY, f"lr_schedule.lr_at({t})", self.lr_schedule.lr_at(t), low=0.0)
+    def _present_parts(self, g, present):
+        off = self._reg.offsets
+        return [part(g, off, i, j) for i, j in groups_.present_runs(present)]
+
+    def _present_offsets(self, present):
+        off = self._reg.offsets
+        return [(i, j, off[i:j + 1] - off[i]) for i, j in groups_.present_runs(present)]
+
+    def _clip(self, g, present, m: float, s, sumsqs):
+        """(total norm, coefficient) over the gradients present, times s when given."""
+        e = self._ENTRY
+        if sumsqs is None:
+            if all(present):
+                sumsqs = self._k.segment_sumsq(g, self._reg.offsets)
+            else:
+                sumsqs = np.concatenate([np.asarray(self._k.segment_sumsq(part(g, self._reg.offsets,
+                                                                              i, j), o))
+                                         for i, j, o in self._present_offsets(present)])
+        total, coef = self._k.clip_coef(sumsqs, np.float32(m), CLIP_EPS)
+        if s is not None:  # the scaled gradients' norm, and the coefficient from it (the oracle's ops)
+            total = f32.mul(float(total), s)
+            coef = f32.div(f32.round_float(m), f32.add(total, float(CLIP_EPS)))
+            coef = 1.0 if coef > 1.0 else coef
+        # a finite sum of squares also proves every gradient finite: no separate check
+        if not math.isfinite(float(total)):
+            refuse(e, "grads", f"hold inf or NaN, or squares that overflow: the total norm is "
+                               f"{float(total)}; nothing was scaled or stepped")
+        return total, coef
+
+    def _groups_checked(self) -> list[dict]:
+        """Every group's options checked again (param_groups is writable between steps)."""
+        out = []
+        for k, g in enumerate(self.param_groups):
+            ids = [id(p) for p in g.get("params", ())] if isinstance(g, dict) else None
+            if k >= len(self._group_ids) or ids != self._group_ids[k] or \
+                    len(self.param_groups) != len(self._group_ids):
+                refuse(self._ENTRY, "param_groups", "changed which tensors it holds; a group's "
+                                                    "options may change between steps, its params "
+                                                    "may not: make a new optimizer")
+            extra = sorted(str(key) for key in g if key != "params" and key not in
+                           self._GROUP_OPTIONS)
+            if extra:
+                refuse(self._ENTRY, f"param_groups[{k}].{extra[0]}",
+                       f"is not a group option; a group may set {', '.join(self._GROUP_OPTIONS)}")
+            out.append(self._check_group(k, g))
+        return out
+
+    def _state_key(self, i: int):
+        return self._steps[i]
+
+    def _stepped(self, work) -> None:
+        pass
+
+    def _scheduled_lr(self, k: int, h: dict, t: int) -> float:
+        name = groups_.option_name(k, self._listed_groups)(f"lr_schedule.lr_at({t})")
+        return checks.real32(self._ENTRY, name, h["lr_schedule"].lr_at(t), low=0.0)
 
     def _params_for_kernel(self):
         if self._device_params is not None:
@@ -218,11 +346,16 @@ class _Optimizer:
         return {}
 
     def state_dict(self) -> dict:
-        """t, the per-tensor state (copies) and the optimizer's kind."""
+        """t, the per-tensor state (copies), each tensor's step count, the groups' options
+        (without params and lr_schedule, as torch leaves schedulers out) and the kind."""
         d = {"kind": type(self).__name__, "t": self.t}
         for name, flat in self._state_arrays().items():
             d[name] = [a.copy() for a in self._reg.split(self._host(flat))]
         d.update(self._state_flags())
+        d["steps"] = list(self._steps)
+        d["param_groups"] = [{key: (list(v) if isinstance(v, tuple) else v)
+                              for key, v in g.items() if key not in ("params", "lr_schedule")}
+                             for g in self.param_groups]
         return d
 
     def load_state_dict(self, state, **unknown) -> None:
@@ -232,9 +365,24 @@ class _Optimizer:
         arrays, flags = self._state_arrays(), self._state_flags()
         t, staged, staged_flags = check_state_dict(e, state, type(self).__name__, list(arrays),
                                                    list(flags), self._reg.shapes)
+        saved = staged_flags.pop("param_groups", None)
+        if saved is not None:
+            if len(saved) != len(self.param_groups):
+                refuse(e, "param_groups", f"has {len(saved)} group(s); this optimizer has "
+                                          f"{len(self.param_groups)}")
+            for k, (g, options) in enumerate(zip(self.param_groups, saved)):
+                extra = sorted(set(options) - set(self._GROUP_OPTIONS))
+                if extra:
+                    refuse(e, f"param_groups[{k}].{extra[0]}", "is not a group option")
+                self._check_group(k, {**g, **options})
+        steps = staged_flags.pop("steps", [t] * len(self._steps))
         for name, values in staged.items():
             self._set_state(name, values)
         self._set_flags(staged_flags)
+        if saved is not None:
+            for g, options in zip(self.param_groups, saved):
+                g.update({key: (tuple(v) if key == "betas" else v) for key, v in options.items()})
+        self._steps = list(steps)
         self.t = t
 
     def _set_flags(self, flags: dict) -> None:
@@ -254,6 +402,9 @@ class SGD(_Optimizer):
     Update (contracts/optim.md): g = -g if maximize; g = g + wd*p; with momentum
     b = g on the first step, then b = b*mu + (1-dampening)*g; g = g + mu*b
     (nesterov) or g = b; p = p - lr*g. Each operation is one float32 rounding.
+    `params` may be torch's list of dicts (param groups, contracts/step.md), each
+    group setting any of lr, momentum, dampening, weight_decay, nesterov, maximize
+    and lr_schedule.
 
     Reproducibility: the same bits on every backend and thread count
     (numeric_mode="identical"); host scalars are the float32 nearest their
@@ -268,6 +419,8 @@ class SGD(_Optimizer):
 
     _ENTRY = "mojolike.SGD"
     _OPTIONS = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize") + _COMMON
+    _GROUP_OPTIONS = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize",
+                      "lr_schedule")
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
                  *, maximize=False, lr_schedule=None, accumulation_steps=1, numeric_mode=None,
@@ -275,43 +428,64 @@ class SGD(_Optimizer):
         e = self._ENTRY
         unknown = _refuse_torch_options(e, unknown)
         checks.keywords(e, unknown, self._OPTIONS)
-        # stored as given, like torch; the kernels take their binary32 values
-        self.momentum = _given(momentum, checks.real32(e, "momentum", momentum, low=0.0))
-        self.dampening = _given(dampening, checks.real32(e, "dampening", dampening))
-        self.weight_decay = _given(weight_decay, checks.real32(e, "weight_decay", weight_decay,
-                                                               low=0.0))
-        self.nesterov = checks.switch(e, "nesterov", nesterov)
-        self.maximize = checks.switch(e, "maximize", maximize)
-        if self.nesterov and (self.momentum <= 0.0 or self.dampening != 0.0):
-            refuse(e, "nesterov", "needs momentum > 0 and dampening = 0 (as in torch)", value=True)
-        super().__init__(params, lr=lr, lr_schedule=lr_schedule, accumulation_steps=accumulation_steps,
+        defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
+                    "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize,
+                    "lr_schedule": lr_schedule}
+        super().__init__(params, defaults, accumulation_steps=accumulation_steps,
                          numeric_mode=numeric_mode, backend=backend)
-        self._buf = self._k.new_state(self._reg.n) if self.momentum != 0.0 else None
+        self._buf = None  # the momentum buffers, made when a group first has momentum
+        if any(g["momentum"] != 0.0 for g in self.param_groups):
+            self._buf = self._k.new_state(self._reg.n)
         self._placeholder = self._k.new_state(1)  # the kernels' b without momentum: never touched
         self._initialized = [False] * len(self._reg.sizes)
 
-    def _scalars(self, lr: float, t: int):
-        s = spec.SGDHyper.of(lr, self.momentum, self.dampening, self.weight_decay, self.nesterov,
-                             self.maximize).scalars()
-        _scalars_finite(self._ENTRY, "dampening", s)
+    momentum = _option("momentum")
+    dampening = _option("dampening")
+    weight_decay = _option("weight_decay")
+    nesterov = _option("nesterov")
+    maximize = _option("maximize")
+
+    def _check_options(self, group: dict, name) -> dict:
+        e = self._ENTRY
+        # stored as given, like torch; the kernels take their binary32 values
+        h = {"momentum": _given(group["momentum"], checks.real32(e, name("momentum"),
+                                                                 group["momentum"], low=0.0)),
+             "dampening": _given(group["dampening"], checks.real32(e, name("dampening"),
+                                                                   group["dampening"])),
+             "weight_decay": _given(group["weight_decay"], checks.real32(
+                 e, name("weight_decay"), group["weight_decay"], low=0.0)),
+             "nesterov": checks.switch(e, name("nesterov"), group["nesterov"]),
+             "maximize": checks.switch(e, name("maximize"), group["maximize"])}
+        if h["nesterov"] and (h["momentum"] <= 0.0 or h["dampening"] != 0.0):
+            refuse(e, name("nesterov"), "needs momentum > 0 and dampening = 0 (as in torch)",
+                   value=True)
+        return h
+
+    def _scalars(self, h: dict, lr: float, t: int, name=str):
+        s = spec.SGDHyper.of(lr, h["momentum"], h["dampening"], h["weight_decay"], h["nesterov"],
+                             h["maximize"]).scalars()
+        _scalars_finite(self._ENTRY, name("dampening"), s)
         return s
 
-    def _update(self, p, g, s, scale) -> None:
-        b = self._buf
-        args = (s.lr, s.momentum, s.one_minus_dampening, s.weight_decay, s.use_momentum, s.use_decay,
-                s.nesterov, s.maximize)
+    def _state_key(self, i: int):
+        return self._initialized[i]
+
+    def _update(self, p, g, run, s, read, write_back) -> None:
+        k, i, j = run
         off = self._reg.offsets
-        # tensors whose momentum buffer is (not yet) initialized run as one stretch each
-        i = 0
-        for initialized, run in itertools.groupby(self._initialized):
-            j = i + len(list(run))
-            lo, hi = int(off[i]), int(off[j])
-            buf = self._placeholder if b is None else b[lo:hi]
-            self._k.sgd(part(p, off, i, j), part(g, off, i, j), buf, np.bool_(not initialized),
-                        *map(_f32or_bool, args), **_scaled(scale))
-            i = j
-        if self._buf is not None:
-            self._initialized = [True] * len(self._initialized)
+        lo, hi = int(off[i]), int(off[j])
+        if s.use_momentum and self._buf is None:  # a group's momentum was switched on
+            self._buf = self._k.new_state(self._reg.n)
+        buf = self._buf[lo:hi] if s.use_momentum else self._placeholder
+        args = (s.lr, s.momentum, s.one_minus_dampening, s.weight_decay, s.use_momentum,
+                s.use_decay, s.nesterov, s.maximize)
+        self._k.sgd(part(p, off, i, j), part(g, off, i, j), buf, np.bool_(not self._initialized[i]),
+                    *map(_f32or_bool, args), **_read(read, write_back))
+
+    def _stepped(self, work) -> None:
+        for (k, i, j), _, s in work:
+            if s.use_momentum:
+                self._initialized[i:j] = [True] * (j - i)
 
     def _state_arrays(self) -> dict:
         return {} if self._buf is None else {"momentum_buffer": self._buf}
@@ -323,9 +497,24 @@ class SGD(_Optimizer):
         self._initialized = list(flags["momentum_buffer_initialized"])
 
 
-def _scaled(scale) -> dict:
-    """The clip's coefficient for kernels that scale g within the step (takes_pieces)."""
-    return {} if scale is None else {"grad_scale": np.float32(scale)}
+def _read(read, write_back) -> dict:
+    """The kernels' read scale (clip coefficient and/or grad_scale) and whether it is stored."""
+    return {} if read is None else {"grad_scale": np.float32(read), "write_back": write_back}
+
+
+def _gate(entry: str, gate) -> bool:
+    """update_gate as a bool: a bool, or a 0-d / 1-element array of bool, integer or float
+    holding 0/1 (False/True); a device array is read back (one element)."""
+    if isinstance(gate, (bool, np.bool_)):
+        return bool(gate)
+    if hasattr(gate, "copy_to_host") and not isinstance(gate, np.ndarray):
+        gate = gate.copy_to_host()
+    if isinstance(gate, np.ndarray) and gate.size == 1 and gate.dtype.kind in "biuf":
+        v = gate.reshape(-1)[0]
+        if v == 0 or v == 1:
+            return bool(v)
+    refuse(entry, "update_gate", "must be True or False, or a 0-d or 1-element array holding "
+                                 "0 or 1", value=gate)
 
 
 def _f32or_bool(x):
@@ -338,7 +527,10 @@ class Adam(_Optimizer):
 
     Update (contracts/optim.md): m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*(g*g);
     p = p - (lr/(1-b1^t)) * (m / (sqrt(v)/sqrt(1-b2^t) + eps)); weight decay
-    adds wd*p to g first. Each operation is one float32 rounding.
+    adds wd*p to g first. Each operation is one float32 rounding. t is each
+    parameter's own step count (a frozen parameter's does not advance). `params`
+    may be torch's list of dicts, each group setting any of lr, betas, eps,
+    weight_decay, maximize and lr_schedule.
 
     Reproducibility: the same bits on every backend and thread count
     (numeric_mode="identical"); 1-b1, 1-b2, lr/(1-b1^t), sqrt(1-b2^t) are the
@@ -353,6 +545,7 @@ class Adam(_Optimizer):
     _ENTRY = "mojolike.Adam"
     _DECOUPLED = False
     _OPTIONS = ("lr", "betas", "eps", "weight_decay", "maximize", "decoupled_weight_decay") + _COMMON
+    _GROUP_OPTIONS = ("lr", "betas", "eps", "weight_decay", "maximize", "lr_schedule")
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=None, *,
                  maximize=False, decoupled_weight_decay=None, lr_schedule=None, accumulation_steps=1,
@@ -367,31 +560,46 @@ class Adam(_Optimizer):
         checks.keywords(e, unknown, self._OPTIONS)
         if weight_decay is None:  # torch's defaults: Adam 0, AdamW 0.01
             weight_decay = 0.01 if type(self)._DECOUPLED else 0.0
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            refuse(e, "betas", "must be a pair (beta1, beta2)", value=betas)
-        self.betas = tuple(_given(b, checks.real32(e, f"betas[{i}]", b, low=0.0, high=1.0,
-                                                   high_open=True, what="in [0, 1)"))
-                           for i, b in enumerate(betas))
-        self.eps = _given(eps, checks.real32(e, "eps", eps, low=0.0))
-        self.weight_decay = _given(weight_decay, checks.real32(e, "weight_decay", weight_decay,
-                                                               low=0.0))
-        self.maximize = checks.switch(e, "maximize", maximize)
-        super().__init__(params, lr=lr, lr_schedule=lr_schedule, accumulation_steps=accumulation_steps,
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                    "maximize": maximize, "lr_schedule": lr_schedule}
+        super().__init__(params, defaults, accumulation_steps=accumulation_steps,
                          numeric_mode=numeric_mode, backend=backend)
         self._m = self._k.new_state(self._reg.n)
         self._v = self._k.new_state(self._reg.n)
 
-    def _scalars(self, lr: float, t: int):
-        s = spec.AdamHyper.of(lr, self.betas, self.eps, self.weight_decay, self._DECOUPLED,
-                              self.maximize).scalars(t)
-        _scalars_finite(self._ENTRY, "lr, betas and weight_decay", s)
+    betas = _option("betas")
+    eps = _option("eps")
+    weight_decay = _option("weight_decay")
+    maximize = _option("maximize")
+
+    def _check_options(self, group: dict, name) -> dict:
+        e = self._ENTRY
+        betas = group["betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            refuse(e, name("betas"), "must be a pair (beta1, beta2)", value=betas)
+        return {"betas": tuple(_given(b, checks.real32(e, f"{name('betas')}[{i}]", b, low=0.0,
+                                                       high=1.0, high_open=True, what="in [0, 1)"))
+                               for i, b in enumerate(betas)),
+                "eps": _given(group["eps"], checks.real32(e, name("eps"), group["eps"], low=0.0)),
+                "weight_decay": _given(group["weight_decay"], checks.real32(
+                    e, name("weight_decay"), group["weight_decay"], low=0.0)),
+                "maximize": checks.switch(e, name("maximize"), group["maximize"])}
+
+    def _scalars(self, h: dict, lr: float, t: int, name=str):
+        s = spec.AdamHyper.of(lr, h["betas"], h["eps"], h["weight_decay"], self._DECOUPLED,
+                              h["maximize"]).scalars(t)
+        _scalars_finite(self._ENTRY, name("lr, betas and weight_decay"), s)
         return s
 
-    def _update(self, p, g, s, scale) -> None:
-        self._k.adam(p, g, self._m, self._v, *map(_f32or_bool, (
-            s.beta1, s.beta2, s.eps, s.weight_decay, s.one_minus_beta1, s.one_minus_beta2,
-            s.step_size, s.sqrt_bc2, s.param_decay, s.coupled, s.decoupled, s.maximize)),
-            **_scaled(scale))
+    def _update(self, p, g, run, s, read, write_back) -> None:
+        k, i, j = run
+        off = self._reg.offsets
+        lo, hi = int(off[i]), int(off[j])
+        self._k.adam(part(p, off, i, j), part(g, off, i, j), self._m[lo:hi], self._v[lo:hi],
+                     *map(_f32or_bool, (
+                         s.beta1, s.beta2, s.eps, s.weight_decay, s.one_minus_beta1, s.one_minus_beta2,
+                         s.step_size, s.sqrt_bc2, s.param_decay, s.coupled, s.decoupled, s.maximize)),
+                     **_read(read, write_back))
 
     def _state_arrays(self) -> dict:
         return {"exp_avg": self._m, "exp_avg_sq": self._v}

@@ -63,6 +63,43 @@ def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=True, for
     return float(total)
 
 
+def get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False, foreach=None, *,
+                   numeric_mode=None, backend=None, **unknown) -> float:
+    """The global 2-norm of `grads` (torch 2.6's torch.nn.utils.get_total_norm), nothing written.
+
+    total = sqrt(fold([norm_j*norm_j])) with norm_j = sqrt(sumsq(g_j)): the clip's
+    total norm, bit for bit (clip_grad_norm_ and step(max_norm=...) return it).
+    A None entry (a frozen parameter's missing gradient) is left out, as torch's
+    clip leaves out parameters without .grad. A non-finite total is returned, or
+    refused with error_if_nonfinite=True.
+
+    Reproducibility: the fold tree over tensors in list order; the same bits on
+    every backend (numeric_mode="identical").
+
+    >>> import numpy as np, mojolike
+    >>> mojolike.get_total_norm([np.float32([3.0]), None, np.float32([4.0])], backend="oracle")
+    5.0
+    """
+    e = "mojolike.get_total_norm"
+    checks.keywords(e, unknown, ("grads", "norm_type", "error_if_nonfinite", "foreach",
+                                 "numeric_mode", "backend"))
+    if isinstance(norm_type, str) or checks.exact(e, "norm_type", norm_type) != 2:
+        refuse(e, "norm_type", "is not covered; only the 2-norm (norm_type=2.0) is certified",
+               value=norm_type)
+    strict = checks.switch(e, "error_if_nonfinite", error_if_nonfinite)
+    if foreach is not None and checks.switch(e, "foreach", foreach):
+        refuse(e, "foreach", "is not covered: mojolike runs one certified algorithm", value=foreach)
+    k = registry.kernels(e, "optim", backend, numeric_mode)
+    items, listed = as_list(e, "grads", grads, none=True)
+    present = [g for g in items if g is not None]
+    reg = Registry(e, present if listed else present[0], pieces=getattr(k, "takes_pieces", False))
+    reg.gather()
+    total, _ = k.clip_coef(k.segment_sumsq(reg.tensors, reg.offsets), np.float32(1.0), CLIP_EPS)
+    if strict and not math.isfinite(float(total)):
+        refuse(e, "grads", f"have a non-finite total norm ({float(total)})")
+    return float(total)
+
+
 def accumulate_grads(microbatch_grads, tokens, *, numeric_mode=None, backend=None, **unknown):
     """The elementwise sum of microbatch gradients by the pairwise tree, in ascending order.
 

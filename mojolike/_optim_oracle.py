@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from . import registry
-from .oracles import codec, f32
+from .oracles import codec, f32, fold
 from .oracles import optim as spec
 
 
@@ -31,23 +31,33 @@ class OracleOptim:
     def new_state(n: int):
         return np.zeros(n, np.float32)
 
-    def sgd(self, p, g, b, first, lr, momentum, omd, wd, use_m, use_d, nesterov, maximize):
+    def sgd(self, p, g, b, first, lr, momentum, omd, wd, use_m, use_d, nesterov, maximize, *,
+            grad_scale=None, write_back=False):
+        """One SGD pass reading each gradient as g * grad_scale (one rounding, first); with
+        write_back the scaled gradient is stored into g, else g is left as it was."""
         h = codec.decode_scalar
         s = spec.SGDScalars(h(lr), h(momentum), h(omd), h(wd), bool(use_m), bool(use_d),
                             bool(nesterov), bool(maximize))
+        gs = _scaled(g, grad_scale)
         bs = codec.decode(b) if use_m else [0.0] * p.size  # without momentum b is a placeholder
-        out = [spec.sgd_elem(x, y, z, bool(first), s)
-               for x, y, z in zip(codec.decode(p), codec.decode(g), bs)]
+        out = [spec.sgd_elem(x, y, z, bool(first), s) for x, y, z in zip(codec.decode(p), gs, bs)]
         codec.store(p, [o[0] for o in out])
         if use_m:
             codec.store(b, [o[1] for o in out])
+        if write_back:
+            codec.store(g, gs)
 
-    def adam(self, p, g, m, v, *a):
+    def adam(self, p, g, m, v, *a, grad_scale=None, write_back=False):
+        """One Adam pass reading each gradient as g * grad_scale (one rounding, first); with
+        write_back the scaled gradient is stored into g, else g is left as it was."""
         s = spec.AdamScalars(*map(codec.decode_scalar, a[:9]), *map(bool, a[9:]))
+        gs = _scaled(g, grad_scale)
         out = [spec.adam_elem(w, x, y, z, s) for w, x, y, z in zip(
-            codec.decode(p), codec.decode(g), codec.decode(m), codec.decode(v))]
+            codec.decode(p), gs, codec.decode(m), codec.decode(v))]
         for i, arr in enumerate((p, m, v)):
             codec.store(arr, [o[i] for o in out])
+        if write_back:
+            codec.store(g, gs)
 
     def scale(self, g, coef):
         c = codec.decode_scalar(coef)
@@ -60,12 +70,36 @@ class OracleOptim:
         return all(math.isfinite(v) for v in codec.decode(x))
 
     def segment_sumsq(self, x, offsets):
-        from .oracles.fold import sumsq
-        return codec.encode([sumsq(codec.decode(x[lo:hi])) for lo, hi in zip(offsets[:-1], offsets[1:])])
+        return codec.encode([fold.sumsq(codec.decode(x[lo:hi]))
+                             for lo, hi in zip(offsets[:-1], offsets[1:])])
+
+    def segment_fold(self, x, offsets):
+        """The fold of every tensor's cells; an empty tensor's is -0.0, the tree's padding."""
+        return codec.encode([_or_identity(fold.fold, codec.decode(x[lo:hi]))
+                             for lo, hi in zip(offsets[:-1], offsets[1:])])
+
+    def segment_fold_sumsq(self, x, offsets):
+        """(fold, sumsq) of every tensor's cells; an empty tensor's are -0.0."""
+        cells = [codec.decode(x[lo:hi]) for lo, hi in zip(offsets[:-1], offsets[1:])]
+        return (codec.encode([_or_identity(fold.fold, c) for c in cells]),
+                codec.encode([_or_identity(fold.sumsq, c) for c in cells]))
 
     def clip_coef(self, sumsqs, max_norm, eps):
         total, coef = spec.clip_coef(codec.decode(sumsqs), codec.decode_scalar(max_norm))
         return codec.scalar(total), codec.scalar(coef)
+
+
+def _scaled(g, grad_scale) -> list[float]:
+    """The gradient as the kernels read it: g * grad_scale, one binary32 rounding (None: g)."""
+    gs = codec.decode(g)
+    if grad_scale is None:
+        return gs
+    c = codec.decode_scalar(grad_scale)
+    return [f32.mul(x, c) for x in gs]
+
+
+def _or_identity(total, cells: list[float]) -> float:
+    return total(cells) if cells else -0.0
 
 
 def oracle_kernels(mode: str, backend: str = "oracle") -> OracleOptim:

@@ -16,6 +16,7 @@ raising whatever numpy or zipfile happen to raise.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -38,7 +39,7 @@ def check_state_dict(entry: str, state, kind: str, array_names: list[str], flag_
     if not isinstance(state, dict):
         refuse(entry, "state", f"must be a dict as state_dict() returns, not {type(state).__name__}")
     want = {"kind", "t", *array_names, *flag_names}
-    extra, missing = sorted(map(str, set(state) - want)), sorted(want - set(state))
+    extra, missing = sorted(map(str, set(state) - want - set(OPTIONAL))), sorted(want - set(state))
     if extra:
         refuse(entry, extra[0], f"is not part of a {kind} state; the keys are "
                                               f"{', '.join(sorted(want))}")
@@ -70,7 +71,28 @@ def check_state_dict(entry: str, state, kind: str, array_names: list[str], flag_
         if not isinstance(items, (list, tuple)) or len(items) != len(shapes):
             refuse(entry, name, f"must be a list of {len(shapes)} booleans")
         flags[name] = [checks.switch(entry, f"{name}[{i}]", f) for i, f in enumerate(items)]
+    if "steps" in state:  # per tensor (Adam's bias correction); absent: every tensor took t
+        steps = state["steps"]
+        if not isinstance(steps, (list, tuple)) or len(steps) != len(shapes):
+            refuse(entry, "steps", f"must be a list of {len(shapes)} step counts")
+        flags["steps"] = [checks.integer(entry, f"steps[{i}]", x, low=0, high=t)
+                          for i, x in enumerate(steps)]
+    if "param_groups" in state:
+        flags["param_groups"] = check_groups(entry, state["param_groups"])
     return t, staged, flags
+
+
+OPTIONAL = ("steps", "param_groups")
+
+
+def check_groups(entry: str, groups) -> list[dict]:
+    """Saved group options: a list of dicts of JSON values (lr_schedule and params are not saved)."""
+    if not isinstance(groups, (list, tuple)) or not all(isinstance(g, dict) for g in groups):
+        refuse(entry, "param_groups", "must be a list of dicts as state_dict() returns")
+    try:
+        return json.loads(json.dumps(list(groups), allow_nan=False))
+    except (TypeError, ValueError) as err:
+        refuse(entry, "param_groups", f"holds a value that is not plain data ({err})")
 
 
 def _path(entry: str, path) -> str:
@@ -95,6 +117,16 @@ def _check_saved(entry: str, state) -> dict:
               "t": np.int64(checks.integer(entry, "t", state["t"], low=0, high=2**63 - 1))}
     for name, value in state.items():
         if name in ("kind", "t"):
+            continue
+        if name == "param_groups":
+            arrays[name] = np.str_(json.dumps(check_groups(entry, value)))
+            continue
+        if name == "steps":
+            if not isinstance(value, (list, tuple)):
+                refuse(entry, name, f"must be a list, not {type(value).__name__}")
+            arrays[name] = np.asarray([checks.integer(entry, f"steps[{i}]", x, low=0,
+                                                      high=2**63 - 1)
+                                       for i, x in enumerate(value)], dtype=np.int64)
             continue
         if not isinstance(name, str) or not name.isidentifier():
             refuse(entry, name, "is not a state name (letters, digits, underscores)")
@@ -187,6 +219,16 @@ def _read(z: zipfile.ZipFile) -> dict:
                 raise ValueError(f"lacks float32 array {name}.{i}")
             items.append(a)
         state[name] = items
+    if "param_groups" in members:
+        a = members.pop("param_groups")
+        if a.shape != () or a.dtype.kind != "U":
+            raise ValueError("has a bad 'param_groups'")
+        state["param_groups"] = json.loads(str(a))
+    if "steps" in members:
+        a = members.pop("steps")
+        if a.dtype != np.int64 or a.ndim != 1:
+            raise ValueError("has a bad 'steps'")
+        state["steps"] = [int(x) for x in a]
     for key in list(members):
         a = members.pop(key)
         if not key.endswith(_FLAG_SUFFIX) or a.dtype != np.bool_ or a.ndim != 1:

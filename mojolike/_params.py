@@ -31,17 +31,20 @@ def _is_sparse(obj) -> bool:
     return hasattr(obj, "nnz") or bool(getattr(obj, "is_sparse", False))
 
 
-def as_list(entry: str, name: str, obj) -> tuple[list, bool]:
-    """(items, was_a_list): one buffer or a list/tuple of buffers; refuses groups and sparse."""
+def as_list(entry: str, name: str, obj, *, none: bool = False) -> tuple[list, bool]:
+    """(items, was_a_list): one buffer or a list/tuple of buffers (with `none`, also None items);
+    refuses dicts and sparse tensors."""
     if isinstance(obj, (list, tuple)):
         if not obj:
             refuse(entry, name, "is an empty list; at least one tensor is needed")
         if any(isinstance(o, dict) for o in obj):
-            refuse(entry, name, "holds parameter groups (dicts); per-group options are not covered, "
-                                "make one optimizer per group")
+            refuse(entry, name, "holds dicts; parameter groups are a list of dicts and nothing else, "
+                                "here a list of float32 arrays is expected")
         items, listed = list(obj), True
     else:
         items, listed = [obj], False
+    if none and all(o is None for o in items):
+        refuse(entry, name, "has no tensor (all None); at least one must have a gradient")
     for i, o in enumerate(items):
         if _is_sparse(o):
             refuse(entry, f"{name}[{i}]", "is sparse; sparse tensors are not covered, pass a dense "
@@ -163,8 +166,10 @@ class Registry:
                 refuse(self.entry, f"params[{i}]", "was resized or reallocated after the optimizer "
                                                    "registered it; make a new optimizer")
 
-    def _copy(self, flat: np.ndarray, views: list[np.ndarray], *, into_flat: bool) -> None:
+    def _copy(self, flat: np.ndarray, views: list, *, into_flat: bool) -> None:
         for v, lo, hi in zip(views, self.offsets[:-1], self.offsets[1:]):
+            if v is None:  # a frozen parameter's slot: no gradient to copy
+                continue
             if into_flat:
                 flat[lo:hi] = v
             else:
@@ -178,34 +183,42 @@ class Registry:
         if self.packed:
             self._copy(self.flat, self.views, into_flat=False)
 
-    def grads(self, grads, *, writable: bool) -> tuple[np.ndarray | Pieces, list[np.ndarray] | None]:
+    def grads(self, grads, *, writable: bool, frozen: bool = False) -> tuple:
         """(gradients as the kernels take them, caller views to scatter back into when they
-        were gathered, else None): a flat array, or pieces when the kernels take them.
+        were gathered, else None, which tensors have a gradient): a flat array, or pieces when
+        the kernels take them.
 
-        Count, shapes and order must match the parameters. Gathering reuses one buffer.
+        Count, shapes and order must match the parameters. With `frozen`, a None stands for a
+        parameter without a gradient: its slot holds nothing the kernels may read (they are
+        given only the runs of tensors that have one). Gathering reuses one buffer.
         """
-        items, listed = as_list(self.entry, "grads", grads)
+        items, listed = as_list(self.entry, "grads", grads, none=frozen)
         if len(items) != len(self.views) or listed != self.listed:
             refuse(self.entry, "grads", f"has {len(items)} tensor(s) but the optimizer has "
                                         f"{len(self.views)} parameter(s); pass one gradient per "
                                         f"parameter, in the same order")
         name = (lambda i: f"grads[{i}]") if listed else (lambda i: "grads")
-        views = [as_f32(self.entry, name(i), g, writable=writable) for i, g in enumerate(items)]
+        present = [g is not None for g in items]
+        views = [None if g is None else as_f32(self.entry, name(i), g, writable=writable)
+                 for i, g in enumerate(items)]
         for i, (g, shape) in enumerate(zip(items, self.shapes)):
-            if shape_of(g) != shape:
+            if g is not None and shape_of(g) != shape:
                 refuse(self.entry, name(i), f"has shape {shape_of(g)} but its parameter has "
                                             f"shape {shape}")
-        disjoint(self.entry, [(name(i), v) for i, v in enumerate(views)]
+        disjoint(self.entry, [(name(i), v) for i, v in enumerate(views) if v is not None]
                  + list(zip(self._names, self.views)))
-        flat = views[0] if len(views) == 1 else end_to_end(views)
-        if flat is not None and (not writable or flat.flags.writeable):
-            return flat, None
+        if all(present):
+            flat = views[0] if len(views) == 1 else end_to_end(views)
+            if flat is not None and (not writable or flat.flags.writeable):
+                return flat, None, present
         if self._pieces:
-            return Pieces(views, self.offsets), None
+            # a frozen slot points at its parameter, which no run of the step reads as a gradient
+            return Pieces([v if v is not None else p for v, p in zip(views, self.views)],
+                          self.offsets), None, present
         if self._grad_flat is None:
             self._grad_flat = np.empty(self.n, np.float32)
         self._copy(self._grad_flat, views, into_flat=True)
-        return self._grad_flat, views
+        return self._grad_flat, views, present
 
     def scatter_grads(self, views: list[np.ndarray] | None) -> None:
         if views is not None:

@@ -15,19 +15,27 @@ split by element ranges (TASK elements per parallel task, across tensor
 boundaries), so one big tensor spreads over every thread and 200 small ones
 cost one launch. Inside a task each tensor's run is 16-lane vectors, then
 scalars for its last < 16 elements; a lane is the scalar operation, so where
-the runs are cut never reaches the bits. With `grad_scale` the clip's scaling
-g = g * coef is done in the same pass (written back to the gradients), which
-saves the gradients one read and one write.
+the runs are cut never reaches the bits. Every step reads a gradient as
+g * grad_scale (one binary32 multiply, first, in the element source; 1 when
+there is no scale), so a clip or unscale costs no pass of its own; with
+`write_back` the scaled value is also stored into the gradients, otherwise they
+are only read.
 
-Reproducibility: no reduction here is a float sum except the clip's, which is
-the fold tree (native/fold.py); elementwise kernels are parallel over elements,
-so the thread count never reaches the bits.
+`segment_fold` and `segment_fold_sumsq` are fold.py's per-tensor trees (the
+tree restarts at each tensor); the second folds each chunk's values and their
+rounded squares from one read.
+
+Reproducibility: every float sum here is the fold tree (native/fold.py);
+elementwise kernels are parallel over elements, so the thread count never
+reaches the bits.
 
 >>> import numpy as np
 >>> p, g = np.float32([1.0]), np.float32([0.5])
 >>> load("identical").sgd(p, g, np.zeros(1, np.float32), True, 0.1, 0.0, 1.0, 0.0, False, False, False, False)
 >>> p
 array([0.95], dtype=float32)
+>>> [a.tolist() for a in load("identical").segment_fold_sumsq(np.float32([3, 4, -1]), [0, 2, 3])]
+[[7.0, -1.0], [25.0, 1.0]]
 """
 from __future__ import annotations
 
@@ -38,12 +46,14 @@ from operator import truediv as div
 
 import numba
 import numpy as np
-from numba import boolean, float32, int64, njit, prange, types, void
+from numba import boolean, float32, njit, prange, types, void
 
 from .._params import operands, table
+from ..oracles.fold import CHUNK, LANES
 from . import fold
 from .fold import I64, IN, NEG_ZERO, at
-from .simd import WIDTH, vadd, vdiv, vlane, vload, vmul, vsplat, vsqrt, vstore, vsub
+from .simd import (WIDTH, vadd, vbutterfly, vdiv, vlane, vload, vmul, vsplat, vsqrt, vstore,
+                   vsub)
 
 sqrt = math.sqrt  # numba lowers math.sqrt of a float32 to the IEEE sqrtss instruction
 PRIMITIVES = ("add", "sub", "mul", "div", "sqrt")
@@ -54,8 +64,11 @@ TASK = 1 << 14  # elements per parallel task (64 KiB of each operand)
 
 
 def sgd_elem(p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov,
-             maximize):
-    """One element of an SGD step (torch's single-tensor order): returns (p, b)."""
+             maximize, coef):
+    """One element of an SGD step (torch's single-tensor order) with the gradient read as
+    g * coef (grad_scale; coef 1 reads g itself, x * 1 being x): returns (p, b, g * coef)."""
+    g = mul(g, coef)
+    scaled = g
     if maximize:
         g = -g
     if use_decay:
@@ -69,12 +82,15 @@ def sgd_elem(p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use
             g = add(g, mul(momentum, b))
         else:
             g = b
-    return sub(p, mul(lr, g)), b
+    return sub(p, mul(lr, g)), b, scaled
 
 
 def adam_elem(p, g, m, v, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
-              param_decay, coupled, decoupled, maximize):
-    """One element of an Adam/AdamW step: returns (p, m, v)."""
+              param_decay, coupled, decoupled, maximize, coef):
+    """One element of an Adam/AdamW step with the gradient read as g * coef: returns
+    (p, m, v, g * coef)."""
+    g = mul(g, coef)
+    scaled = g
     if maximize:
         g = -g
     if decoupled:
@@ -84,7 +100,7 @@ def adam_elem(p, g, m, v, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2, ste
     m = add(mul(beta1, m), mul(one_minus_b1, g))
     v = add(mul(beta2, v), mul(one_minus_b2, mul(g, g)))
     d = add(div(sqrt(v), sqrt_bc2), eps)
-    return sub(p, mul(step_size, div(m, d))), m, v
+    return sub(p, mul(step_size, div(m, d))), m, v, scaled
 
 
 def vectorized(fn):
@@ -113,7 +129,7 @@ def _run(offsets, lo, hi):
 @njit(void(I64, I64, I64, I64, boolean, float32, float32, float32, float32, boolean, boolean,
            boolean, boolean, float32, boolean), parallel=True, **_STRICT)
 def _sgd(P, G, B, offsets, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov,
-         maximize, coef, scaled):
+         maximize, coef, write_back):
     # without momentum B holds placeholders: never read, never written
     n = offsets[offsets.size - 1]
     for task in prange((n + TASK - 1) // TASK):
@@ -125,33 +141,29 @@ def _sgd(P, G, B, offsets, first, lr, momentum, one_minus_damp, wd, use_momentum
             lo += stop - i
             p, g, b = at(P[t], size), at(G[t], size), at(B[t], size if use_momentum else 1)
             while i + WIDTH <= stop:
-                gi = vload(g, i)
-                if scaled:
-                    gi = vmul(gi, vcoef)
-                    vstore(g, i, gi)
                 bi = vload(b, i) if use_momentum else vnz
-                pi, bi = _sgd_vec(vload(p, i), gi, bi, first, vlr, vmom, vomd, vwd, use_momentum,
-                                  use_decay, nesterov, maximize)
+                pi, bi, gi = _sgd_vec(vload(p, i), vload(g, i), bi, first, vlr, vmom, vomd, vwd,
+                                      use_momentum, use_decay, nesterov, maximize, vcoef)
                 vstore(p, i, pi)
                 if use_momentum:
                     vstore(b, i, bi)
+                if write_back:
+                    vstore(g, i, gi)
                 i += WIDTH
             for k in range(i, stop):
-                gk = g[k]
-                if scaled:
-                    gk = gk * coef
-                    g[k] = gk
                 bk = b[k] if use_momentum else NEG_ZERO
-                p[k], bk = _sgd_elem(p[k], gk, bk, first, lr, momentum, one_minus_damp, wd,
-                                     use_momentum, use_decay, nesterov, maximize)
+                p[k], bk, gk = _sgd_elem(p[k], g[k], bk, first, lr, momentum, one_minus_damp, wd,
+                                         use_momentum, use_decay, nesterov, maximize, coef)
                 if use_momentum:
                     b[k] = bk
+                if write_back:
+                    g[k] = gk
 
 
 @njit(void(I64, I64, I64, I64, I64, float32, float32, float32, float32, float32, float32, float32,
            float32, float32, boolean, boolean, boolean, float32, boolean), parallel=True, **_STRICT)
 def _adam(P, G, M, V, offsets, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
-          param_decay, coupled, decoupled, maximize, coef, scaled):
+          param_decay, coupled, decoupled, maximize, coef, write_back):
     n = offsets[offsets.size - 1]
     for task in prange((n + TASK - 1) // TASK):
         lo, hi = task * TASK, min(task * TASK + TASK, n)
@@ -164,24 +176,21 @@ def _adam(P, G, M, V, offsets, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2
             lo += stop - i
             p, g, m, v = at(P[t], size), at(G[t], size), at(M[t], size), at(V[t], size)
             while i + WIDTH <= stop:
-                gi = vload(g, i)
-                if scaled:
-                    gi = vmul(gi, vcoef)
-                    vstore(g, i, gi)
-                pi, mi, vi = _adam_vec(vload(p, i), gi, vload(m, i), vload(v, i), vb1, vb2, veps, vwd,
-                                       vomb1, vomb2, vstep, vbc2, vdecay, coupled, decoupled, maximize)
+                pi, mi, vi, gi = _adam_vec(vload(p, i), vload(g, i), vload(m, i), vload(v, i), vb1,
+                                           vb2, veps, vwd, vomb1, vomb2, vstep, vbc2, vdecay, coupled,
+                                           decoupled, maximize, vcoef)
                 vstore(p, i, pi)
                 vstore(m, i, mi)
                 vstore(v, i, vi)
+                if write_back:
+                    vstore(g, i, gi)
                 i += WIDTH
             for k in range(i, stop):
-                gk = g[k]
-                if scaled:
-                    gk = gk * coef
+                p[k], m[k], v[k], gk = _adam_elem(p[k], g[k], m[k], v[k], beta1, beta2, eps, wd,
+                                                  one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
+                                                  param_decay, coupled, decoupled, maximize, coef)
+                if write_back:
                     g[k] = gk
-                p[k], m[k], v[k] = _adam_elem(p[k], gk, m[k], v[k], beta1, beta2, eps, wd,
-                                              one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
-                                              param_decay, coupled, decoupled, maximize)
 
 
 @njit(void(I64, I64, float32), parallel=True, **_STRICT)
@@ -253,12 +262,91 @@ def _clip_finish(total_sq, max_norm, eps):
     return total, coef
 
 
+@njit(**_INLINE)
+def _chunk_fold_sumsq(x, base, n, acc, acc2):
+    """The fold tree's partials of one chunk's values and of their rounded squares, from one
+    read of the chunk: each equal to fold.py's _chunk_fold and _chunk_dot(x, x)."""
+    if base + CHUNK <= n:
+        lo, hi = vsplat(NEG_ZERO), vsplat(NEG_ZERO)
+        lo2, hi2 = vsplat(NEG_ZERO), vsplat(NEG_ZERO)
+        for i in range(LANES):
+            row = base + i * LANES
+            a = vload(x, row)
+            b = vload(x, row + WIDTH)
+            lo = vadd(lo, a)
+            hi = vadd(hi, b)
+            lo2 = vadd(lo2, vmul(a, a))
+            hi2 = vadd(hi2, vmul(b, b))
+        return vbutterfly(lo, hi), vbutterfly(lo2, hi2)
+    acc[:] = NEG_ZERO  # the last, short chunk: padded slots add -0.0, so skip them
+    acc2[:] = NEG_ZERO
+    for k in range(base, n):
+        j = k - base & (LANES - 1)
+        y = x[k]
+        acc[j] = acc[j] + y
+        sq = y * y
+        acc2[j] = acc2[j] + sq
+    fold._butterfly(acc)
+    fold._butterfly(acc2)
+    return acc[0], acc2[0]
+
+
+@njit(void(I64, I64, boolean, F32, F32), parallel=True, **_STRICT)
+def _segment_sums(addrs, offsets, squares, sums, sumsqs):
+    """sums[s] = fold of segment s (offsets[s+1] - offsets[s] floats at addrs[s]); with
+    `squares` also sumsqs[s] = its sumsq, from the same read (without, sumsqs is untouched).
+
+    As fold._segment_sumsq: one parallel pass over the chunks of all segments, then each
+    segment's pairwise tree over its own partials. An empty segment's sums are -0.0, the
+    identity the tree pads with.
+    """
+    nseg = addrs.size
+    starts = np.empty(nseg + 1, np.int64)  # starts[s]: the index of segment s's first chunk
+    starts[0] = 0
+    for s in range(nseg):
+        starts[s + 1] = starts[s] + (offsets[s + 1] - offsets[s] + CHUNK - 1) // CHUNK
+    nchunks = starts[nseg]
+    partials = np.empty(nchunks, np.float32)
+    partials2 = np.empty(nchunks if squares else 0, np.float32)
+    for grp in prange((nchunks + fold.GROUP - 1) // fold.GROUP):
+        acc = np.empty(LANES, np.float32)
+        acc2 = np.empty(LANES, np.float32)
+        c0 = grp * fold.GROUP
+        s = np.searchsorted(starts, c0, side="right") - 1
+        for c in range(c0, min(c0 + fold.GROUP, nchunks)):
+            while starts[s + 1] <= c:
+                s += 1
+            n = offsets[s + 1] - offsets[s]
+            x = at(addrs[s], n)
+            if squares:
+                partials[c], partials2[c] = _chunk_fold_sumsq(x, (c - starts[s]) * CHUNK, n, acc,
+                                                              acc2)
+            else:
+                partials[c] = fold._chunk_fold(x, (c - starts[s]) * CHUNK, n, acc)
+    for s in range(nseg):
+        a, b = starts[s], starts[s + 1]
+        sums[s] = fold._pairwise(partials[a:b]) if b > a else NEG_ZERO
+        if squares:
+            sumsqs[s] = fold._pairwise(partials2[a:b]) if b > a else NEG_ZERO
+
+
+def segment_sums(x, offsets, squares: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(fold of every segment, and with `squares` sumsq of every segment, else an empty array):
+    x is one flat array cut at `offsets`, or pieces, or a list of 1-D float32 arrays."""
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    sums = np.empty(offsets.size - 1, np.float32)
+    sumsqs = np.empty(sums.size if squares else 0, np.float32)
+    _segment_sums(table(x, offsets), offsets, squares, sums, sumsqs)
+    return sums, sumsqs
+
+
 # the kernels tests/test_vectorized.py compiles for every target, and the packed
 # operations their loops must hold
 HOT_KERNELS = {"optim._sgd": (_sgd, ("mulps", "addps", "subps")),
                "optim._adam": (_adam, ("mulps", "addps", "subps", "divps", "sqrtps")),
                "optim._scale": (_scale, ("mulps",)), "optim._add": (_add, ("addps",)),
-               "optim._all_finite": (_all_finite, ("subps", "addps"))}
+               "optim._all_finite": (_all_finite, ("subps", "addps")),
+               "optim._segment_sums": (_segment_sums, ("mulps", "addps"))}
 
 
 class NumbaOptim(fold.NumbaThreads):
@@ -277,20 +365,20 @@ class NumbaOptim(fold.NumbaThreads):
         return np.zeros(n, np.float32)
 
     def sgd(self, p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay,
-            nesterov, maximize, *, grad_scale=None):
-        """One SGD pass; with grad_scale, g = g * grad_scale first (written back)."""
+            nesterov, maximize, *, grad_scale=None, write_back=False):
+        """One SGD pass reading each gradient as g * grad_scale (None: 1); with write_back the
+        scaled gradient is stored into g, else g is left as it was."""
         (tp, tg), cut = operands(p, g)
         # without momentum b is a placeholder: every entry points at it, none is touched
         tb = table(b, cut if use_momentum else np.zeros_like(cut))
         _sgd(tp, tg, tb, cut, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay,
-             nesterov, maximize, np.float32(1.0 if grad_scale is None else grad_scale),
-             grad_scale is not None)
+             nesterov, maximize, _coef(grad_scale), bool(write_back))
 
-    def adam(self, p, g, m, v, *scalars_and_flags, grad_scale=None):
-        """One Adam pass; with grad_scale, g = g * grad_scale first (written back)."""
+    def adam(self, p, g, m, v, *scalars_and_flags, grad_scale=None, write_back=False):
+        """One Adam pass reading each gradient as g * grad_scale (None: 1); with write_back the
+        scaled gradient is stored into g, else g is left as it was."""
         (tp, tg, tm, tv), cut = operands(p, g, m, v)
-        _adam(tp, tg, tm, tv, cut, *scalars_and_flags,
-              np.float32(1.0 if grad_scale is None else grad_scale), grad_scale is not None)
+        _adam(tp, tg, tm, tv, cut, *scalars_and_flags, _coef(grad_scale), bool(write_back))
 
     def scale(self, g, coef):
         (tg,), cut = operands(g)
@@ -306,6 +394,14 @@ class NumbaOptim(fold.NumbaThreads):
     def segment_sumsq(self, x, offsets):
         return fold.segment_sumsq(x, offsets)
 
+    def segment_fold(self, x, offsets):
+        """The fold of every tensor's cells."""
+        return segment_sums(x, offsets, False)[0]
+
+    def segment_fold_sumsq(self, x, offsets):
+        """(fold, sumsq) of every tensor's cells, from one read of x."""
+        return segment_sums(x, offsets, True)
+
     def clip_coef(self, sumsqs, max_norm, eps):
         """(total, coef): total = sqrt(fold(sqrt(s_j)^2)), coef = min(max_norm / (total + eps), 1)."""
         sq = np.empty(sumsqs.size, np.float32)
@@ -314,6 +410,10 @@ class NumbaOptim(fold.NumbaThreads):
         fold._fold_partials(sq, p)
         total, coef = _clip_finish(fold._pairwise(p), max_norm, eps)
         return np.float32(total), np.float32(coef)
+
+
+def _coef(grad_scale) -> np.float32:
+    return np.float32(1.0 if grad_scale is None else grad_scale)
 
 
 def load(mode: str, backend: str = "cpu-numba") -> NumbaOptim:

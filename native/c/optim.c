@@ -7,8 +7,10 @@
    the tensors' offsets: separate arrays are updated where they lie, and a flat
    array is a table of one. The work is split by element ranges (MJ_TASK elements
    per task, across tensor boundaries), never by tensor, so one big tensor spreads
-   over every thread. With `scaled`, g = g * coef (the clip) is done in the same
-   pass and written back. */
+   over every thread. Every step reads a gradient as g * coef (grad_scale: the
+   clip's or the loss scaler's factor, 1 when there is none, x * 1 being x), before
+   maximize and weight decay; with `write_back` the scaled value is also stored into
+   g, otherwise g is only read. */
 #define MJ_TASK 16384
 
 #define MJ_AT(table, t) ((float *)(intptr_t)(table)[t])
@@ -42,18 +44,15 @@ static int64_t mj_tensor_of(const int64_t *offsets, int64_t nseg, int64_t lo) {
         }                                                                           \
     } while (0)
 
-/* The element loops, inlined with `scaled` a constant so that each copy is one plain
+/* The element loops, inlined with `write_back` a constant so that each copy is one plain
    loop the compiler vectorizes. */
 static inline __attribute__((always_inline)) void
 mj_sgd_run(float *restrict p, float *restrict g, float *restrict b, int64_t i0, int64_t i1,
            int first, float lr, float momentum, float one_minus_damp, float wd, int use_momentum,
-           int use_decay, int nesterov, int maximize, float coef, int scaled) {
+           int use_decay, int nesterov, int maximize, float coef, int write_back) {
     for (int64_t i = i0; i < i1; i++) {
-        float gi = g[i];
-        if (scaled) {
-            gi = gi * coef;
-            g[i] = gi;
-        }
+        float gi = g[i] * coef;
+        if (write_back) g[i] = gi;
         if (maximize) gi = -gi;
         if (use_decay) {
             float t = wd * p[i];
@@ -85,13 +84,10 @@ static inline __attribute__((always_inline)) void
 mj_adam_run(float *restrict p, float *restrict g, float *restrict m, float *restrict v, int64_t i0,
             int64_t i1, float beta1, float beta2, float eps, float wd, float one_minus_b1,
             float one_minus_b2, float step_size, float sqrt_bc2, float param_decay, int coupled,
-            int decoupled, int maximize, float coef, int scaled) {
+            int decoupled, int maximize, float coef, int write_back) {
     for (int64_t i = i0; i < i1; i++) {
-        float gi = g[i];
-        if (scaled) {
-            gi = gi * coef;
-            g[i] = gi;
-        }
+        float gi = g[i] * coef;
+        if (write_back) g[i] = gi;
         if (maximize) gi = -gi;
         float pi = p[i];
         if (decoupled) pi = pi * param_decay;
@@ -119,9 +115,10 @@ mj_adam_run(float *restrict p, float *restrict g, float *restrict m, float *rest
 
 void mj_sgd_table(const int64_t *P, const int64_t *G, const int64_t *B, const int64_t *offsets,
                   int64_t nseg, int first, float lr, float momentum, float one_minus_damp, float wd,
-                  int use_momentum, int use_decay, int nesterov, int maximize, float coef, int scaled) {
+                  int use_momentum, int use_decay, int nesterov, int maximize, float coef,
+                  int write_back) {
     MJ_FOR_RUNS(offsets, nseg, {
-        if (scaled)
+        if (write_back)
             mj_sgd_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(B, t), i0, i1, first, lr, momentum,
                        one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize, coef, 1);
         else
@@ -134,9 +131,9 @@ void mj_adam_table(const int64_t *P, const int64_t *G, const int64_t *M, const i
                    const int64_t *offsets, int64_t nseg, float beta1, float beta2, float eps,
                    float wd, float one_minus_b1, float one_minus_b2, float step_size, float sqrt_bc2,
                    float param_decay, int coupled, int decoupled, int maximize, float coef,
-                   int scaled) {
+                   int write_back) {
     MJ_FOR_RUNS(offsets, nseg, {
-        if (scaled)
+        if (write_back)
             mj_adam_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(M, t), MJ_AT(V, t), i0, i1, beta1, beta2,
                         eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2, param_decay,
                         coupled, decoupled, maximize, coef, 1);
@@ -219,6 +216,76 @@ void mj_segment_sumsq_table(const int64_t *X, const int64_t *offsets, const int6
     }
     for (int64_t s = 0; s < nseg; s++)
         out[s] = mj_pairwise(partials + starts[s], starts[s + 1] - starts[s]);
+}
+
+/* The fold tree's partials of x[0..n) (n <= MJ_SEG_GROUP chunks: called on one thread) and of
+   the rounded squares x[k]*x[k], from one read: each equal to fold.c's fold and dot partials. */
+static void mj_fold_sumsq_partials(const float *x, int64_t n, float *partials, float *partials2) {
+    int64_t nchunks = (n + MJ_CHUNK - 1) / MJ_CHUNK;
+    for (int64_t c = 0; c < nchunks; c++) {
+        float acc[MJ_LANES], acc2[MJ_LANES];
+        for (int j = 0; j < MJ_LANES; j++) {
+            acc[j] = -0.0f;
+            acc2[j] = -0.0f;
+        }
+        int64_t base = c * MJ_CHUNK;
+        if (base + MJ_CHUNK <= n) {
+            for (int i = 0; i < MJ_LANES; i++) {
+                const float *r = x + base + (int64_t)i * MJ_LANES;
+                for (int j = 0; j < MJ_LANES; j++) {
+                    float y = r[j];
+                    float q = y * y;
+                    acc[j] = acc[j] + y;
+                    acc2[j] = acc2[j] + q;
+                }
+            }
+        } else { /* the short last chunk: padded slots would add -0.0, so skip them */
+            for (int64_t k = base; k < n; k++) {
+                float y = x[k];
+                float q = y * y;
+                acc[(k - base) & (MJ_LANES - 1)] = acc[(k - base) & (MJ_LANES - 1)] + y;
+                acc2[(k - base) & (MJ_LANES - 1)] = acc2[(k - base) & (MJ_LANES - 1)] + q;
+            }
+        }
+        mj_butterfly(acc);
+        mj_butterfly(acc2);
+        partials[c] = acc[0];
+        partials2[c] = acc2[0];
+    }
+}
+
+/* sums[s] = fold of segment s and, with `squares`, sumsqs[s] = its sumsq from the same read
+   (without, partials2 and sumsqs are not touched). Laid out as mj_segment_sumsq_table; an
+   empty segment's sums are -0.0, the identity the tree pads with. */
+void mj_segment_sums_table(const int64_t *X, const int64_t *offsets, const int64_t *starts,
+                           int64_t nseg, int squares, float *partials, float *partials2,
+                           float *sums, float *sumsqs) {
+    int64_t nchunks = starts[nseg];
+    int64_t ngroups = (nchunks + MJ_SEG_GROUP - 1) / MJ_SEG_GROUP;
+    #pragma omp parallel for schedule(static) if(offsets[nseg] >= MJ_PARALLEL_MIN)
+    for (int64_t grp = 0; grp < ngroups; grp++) {
+        int64_t c = grp * MJ_SEG_GROUP;
+        int64_t c_end = c + MJ_SEG_GROUP < nchunks ? c + MJ_SEG_GROUP : nchunks;
+        for (int64_t s = mj_tensor_of(starts, nseg, c); c < c_end; s++) {
+            int64_t stop = starts[s + 1] < c_end ? starts[s + 1] : c_end;
+            if (stop > c) {
+                int64_t first = (c - starts[s]) * MJ_CHUNK;
+                int64_t len = offsets[s + 1] - offsets[s];
+                int64_t last = (stop - starts[s]) * MJ_CHUNK < len ? (stop - starts[s]) * MJ_CHUNK : len;
+                const float *x = MJ_AT(X, s) + first;
+                if (squares)
+                    mj_fold_sumsq_partials(x, last - first, partials + c, partials2 + c);
+                else
+                    mj_fold_partials(x, last - first, partials + c);
+            }
+            c = stop;
+        }
+    }
+    for (int64_t s = 0; s < nseg; s++) {
+        int64_t k = starts[s + 1] - starts[s];
+        sums[s] = k ? mj_pairwise(partials + starts[s], k) : -0.0f;
+        if (squares) sumsqs[s] = k ? mj_pairwise(partials2 + starts[s], k) : -0.0f;
+    }
 }
 
 /* work: n + ceil(n/1024) floats; out[0] = total norm, out[1] = clip coefficient */

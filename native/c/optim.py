@@ -20,7 +20,8 @@ from .fold import CffiFold
 
 class CffiOptim(CffiFold):
     """Optimizer kernels in C, OpenMP over element ranges; updated in place. `takes_pieces`:
-    parameters and gradients may be pieces, and sgd/adam take the clip's grad_scale."""
+    parameters and gradients may be pieces. sgd/adam read each gradient as g * grad_scale and
+    store that into g only with write_back."""
 
     takes_pieces = True
     WRITES = {"sgd": (0, 2), "adam": (0, 2, 3), "scale": (0,), "add": (2,)}
@@ -32,20 +33,23 @@ class CffiOptim(CffiFold):
         return self._ffi.from_buffer("int64_t[]", a)
 
     def sgd(self, p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay,
-            nesterov, maximize, *, grad_scale=None):
-        """One SGD pass; with grad_scale, g = g * grad_scale first (written back)."""
+            nesterov, maximize, *, grad_scale=None, write_back=False):
+        """One SGD pass reading each gradient as g * grad_scale (None: 1); with write_back the
+        scaled gradient is stored into g, else g is left as it was."""
         (tp, tg), cut = operands(p, g)
         # without momentum b is a placeholder: every entry points at it, none is touched
         tb = table(b, cut if use_momentum else np.zeros_like(cut))
         self._lib.mj_sgd_table(self._i64(tp), self._i64(tg), self._i64(tb), self._i64(cut),
                                cut.size - 1, first, lr, momentum, one_minus_damp, wd, use_momentum,
-                               use_decay, nesterov, maximize, *_scaling(grad_scale))
+                               use_decay, nesterov, maximize, _coef(grad_scale),
+                               bool(write_back))
 
-    def adam(self, p, g, m, v, *scalars_and_flags, grad_scale=None):
-        """One Adam pass; with grad_scale, g = g * grad_scale first (written back)."""
+    def adam(self, p, g, m, v, *scalars_and_flags, grad_scale=None, write_back=False):
+        """One Adam pass reading each gradient as g * grad_scale (None: 1); with write_back the
+        scaled gradient is stored into g, else g is left as it was."""
         tables, cut = operands(p, g, m, v)
         self._lib.mj_adam_table(*map(self._i64, tables), self._i64(cut), cut.size - 1,
-                                *scalars_and_flags, *_scaling(grad_scale))
+                                *scalars_and_flags, _coef(grad_scale), bool(write_back))
 
     def scale(self, g, coef):
         (tg,), cut = operands(g)
@@ -59,15 +63,33 @@ class CffiOptim(CffiFold):
         return bool(self._lib.mj_all_finite_table(self._i64(tx), self._i64(cut), cut.size - 1))
 
     def segment_sumsq(self, x, offsets):
-        offsets = np.ascontiguousarray(offsets, np.int64)
-        starts = np.zeros(offsets.size, np.int64)
-        np.cumsum((np.diff(offsets) + CHUNK - 1) // CHUNK, out=starts[1:])
+        offsets, starts = _chunk_starts(offsets)
         partials = np.empty(int(starts[-1]), np.float32)
         out = np.empty(offsets.size - 1, np.float32)
         tx = table(x, offsets)
         self._lib.mj_segment_sumsq_table(self._i64(tx), self._i64(offsets), self._i64(starts),
                                          out.size, self._ptr(partials), self._ptr(out))
         return out
+
+    def _segment_sums(self, x, offsets, squares: bool):
+        offsets, starts = _chunk_starts(offsets)
+        nchunks = int(starts[-1])
+        partials = np.empty(nchunks, np.float32)
+        partials2 = np.empty(nchunks if squares else 0, np.float32)
+        sums = np.empty(offsets.size - 1, np.float32)
+        sumsqs = np.empty(sums.size if squares else 0, np.float32)
+        self._lib.mj_segment_sums_table(self._i64(table(x, offsets)), self._i64(offsets),
+                                        self._i64(starts), sums.size, squares, self._ptr(partials),
+                                        self._ptr(partials2), self._ptr(sums), self._ptr(sumsqs))
+        return sums, sumsqs
+
+    def segment_fold(self, x, offsets):
+        """The fold of every tensor's cells."""
+        return self._segment_sums(x, offsets, False)[0]
+
+    def segment_fold_sumsq(self, x, offsets):
+        """(fold, sumsq) of every tensor's cells, from one read of x."""
+        return self._segment_sums(x, offsets, True)
 
     def clip_coef(self, sumsqs, max_norm, eps):
         work = np.empty(sumsqs.size + (sumsqs.size + CHUNK - 1) // CHUNK, np.float32)
@@ -77,8 +99,16 @@ class CffiOptim(CffiFold):
         return out[0], out[1]
 
 
-def _scaling(grad_scale) -> tuple:
-    return (np.float32(1.0), False) if grad_scale is None else (np.float32(grad_scale), True)
+def _coef(grad_scale) -> np.float32:
+    return np.float32(1.0 if grad_scale is None else grad_scale)
+
+
+def _chunk_starts(offsets) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets as int64, the index of each tensor's first chunk plus the total)."""
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    starts = np.zeros(offsets.size, np.int64)
+    np.cumsum((np.diff(offsets) + CHUNK - 1) // CHUNK, out=starts[1:])
+    return offsets, starts
 
 
 def load(mode: str, backend: str = "cpu-cffi") -> CffiOptim:

@@ -2,7 +2,11 @@
 
 The per-element arithmetic is `native/optim.py`'s source, compiled here with the
 CUDA primitives (libdevice `f*_rn` on a GPU, numpy float32 on the simulator), so
-the CPU and GPU order of operations is one text. Elementwise kernels loop grid-stride over elements.
+the CPU and GPU order of operations is one text (the gradient read as
+g * grad_scale included; with write_back the scaled value is stored into g).
+Elementwise kernels loop grid-stride over elements. `segment_fold_sumsq` folds
+each chunk's values and rounded squares in one pass (a warp per chunk, two
+shuffle-down butterflies), then native/cuda/fold.py's pairwise tree per tensor.
 
 Arrays may be numpy arrays (they travel to the device and, when written, back)
 or device arrays (they stay): the optimizer keeps its moments resident, and
@@ -13,25 +17,28 @@ anyway, and one flat transfer and one launch beat a table of per-tensor device
 pointers that would need as many transfers; `params_to_device()` keeps the flat
 copy resident.
 
-Reproducibility: elementwise kernels have no reductions; the clip's sums are the
-fold tree (native/cuda/fold.py), so no launch geometry reaches the bits.
+Reproducibility: elementwise kernels have no reductions; every sum is the fold
+tree (native/cuda/fold.py), so no launch geometry reaches the bits.
 """
 from __future__ import annotations
 
 import types as pytypes
 
 import numpy as np
-from numba import boolean, cuda, float32, int32, void
+from numba import boolean, cuda, float32, int32, int64, void
 
+from ...oracles.fold import LANES
 from .. import optim as cpu
 from . import prims
-from .fold import NEG_ZERO, CudaFold
+from .fold import BLOCK, NEG_ZERO, CudaFold, chunk_blocks, chunk_table
+from .prims import WARPS, shfl_down, warp_scratch
 
 THREADS = 32 if prims.SIMULATOR else 256
 # Elementwise kernels loop grid-stride; the simulator, which runs a Python thread per
 # CUDA thread, gets one block, so a launch creates 32 threads instead of one per element.
 MAX_BLOCKS = 1 if prims.SIMULATOR else 65535
 F32_1D = float32[::1]
+I64_1D = int64[::1]
 
 
 def bind(fn):
@@ -48,21 +55,25 @@ adam_elem = bind(cpu.adam_elem)
 
 
 def sgd_kernel(p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov,
-               maximize):
+               maximize, coef, write_back):
     for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):
         bi = b[i] if use_momentum else NEG_ZERO  # without momentum b is a 1-element placeholder
-        p[i], bi = sgd_elem(p[i], g[i], bi, first, lr, momentum, one_minus_damp, wd,
-                            use_momentum, use_decay, nesterov, maximize)
+        p[i], bi, gi = sgd_elem(p[i], g[i], bi, first, lr, momentum, one_minus_damp, wd,
+                                use_momentum, use_decay, nesterov, maximize, coef)
         if use_momentum:
             b[i] = bi
+        if write_back:
+            g[i] = gi
 
 
 def adam_kernel(p, g, m, v, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
-                param_decay, coupled, decoupled, maximize):
+                param_decay, coupled, decoupled, maximize, coef, write_back):
     for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):
-        p[i], m[i], v[i] = adam_elem(p[i], g[i], m[i], v[i], beta1, beta2, eps, wd, one_minus_b1,
-                                     one_minus_b2, step_size, sqrt_bc2, param_decay, coupled,
-                                     decoupled, maximize)
+        p[i], m[i], v[i], gi = adam_elem(p[i], g[i], m[i], v[i], beta1, beta2, eps, wd,
+                                         one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
+                                         param_decay, coupled, decoupled, maximize, coef)
+        if write_back:
+            g[i] = gi
 
 
 def scale_kernel(g, coef):
@@ -82,6 +93,34 @@ def finite_kernel(x, bad):
             bad[0] = 1  # every writer stores the same value: no race on the result
 
 
+def fold_sumsq_kernel(a, starts, stops, sums, sumsqs):
+    """fold.py's chunk_partials for the values and for their rounded squares at once: one read
+    of chunk c = [starts[c], stops[c]), two lane sums, two shuffle-down butterflies."""
+    scratch = warp_scratch()  # used only by the simulator's shuffle
+    tid = cuda.threadIdx.x
+    lane = tid & 31
+    # warp-stride over chunks: a warp's lanes all take the same trips, so all shuffle together
+    for c in range(cuda.blockIdx.x * WARPS + (tid >> 5), sums.size, cuda.gridDim.x * WARPS):
+        acc = NEG_ZERO
+        acc2 = NEG_ZERO
+        base = starts[c] + lane
+        stop = stops[c]
+        for i in range(LANES):
+            k = base + i * LANES
+            if k < stop:  # padded slots add -0.0: skipping them is the same
+                y = a[k]
+                acc = prims.add(acc, y)
+                acc2 = prims.add(acc2, prims.mul(y, y))
+        off = 16
+        while off >= 1:
+            acc = prims.add(acc, shfl_down(scratch, tid, acc, off))
+            acc2 = prims.add(acc2, shfl_down(scratch, tid, acc2, off))
+            off = off // 2
+        if lane == 0:
+            sums[c] = acc
+            sumsqs[c] = acc2
+
+
 def norm_squares_kernel(s, out):
     for i in range(cuda.grid(1), s.size, cuda.gridsize(1)):
         n = prims.sqrt(s[i])
@@ -98,8 +137,10 @@ def clip_finish_kernel(total_sq, max_norm, eps, out):
 
 _B = boolean
 KERNELS = {
-    "sgd": (sgd_kernel, void(F32_1D, F32_1D, F32_1D, _B, float32, float32, float32, float32, _B, _B, _B, _B)),
-    "adam": (adam_kernel, void(F32_1D, F32_1D, F32_1D, F32_1D, *[float32] * 9, _B, _B, _B)),
+    "sgd": (sgd_kernel, void(F32_1D, F32_1D, F32_1D, _B, float32, float32, float32, float32, _B, _B, _B, _B,
+                             float32, _B)),
+    "adam": (adam_kernel, void(F32_1D, F32_1D, F32_1D, F32_1D, *[float32] * 9, _B, _B, _B, float32, _B)),
+    "fold_sumsq": (fold_sumsq_kernel, void(F32_1D, I64_1D, I64_1D, F32_1D, F32_1D)),
     "scale": (scale_kernel, void(F32_1D, float32)),
     "add": (add_kernel, void(F32_1D, F32_1D, F32_1D)),
     "finite": (finite_kernel, void(F32_1D, int32[::1])),
@@ -127,8 +168,10 @@ class CudaOptim:
     def new_state(self, n: int):
         return cuda.to_device(np.zeros(n, np.float32))
 
-    def _run(self, name: str, n: int, *args):
-        writes = self.WRITES.get(name, ())
+    def _run(self, name: str, n: int, *args, also=()):
+        """Launch kernel `name` over n elements; numpy arguments at WRITES[name] and `also`
+        are copied back after it."""
+        writes = self.WRITES.get(name, ()) + tuple(also)
         dev, back = [], []
         for i, a in enumerate(args):
             if isinstance(a, np.ndarray):
@@ -141,11 +184,17 @@ class CudaOptim:
         for host, d in back:
             d.copy_to_host(host)
 
-    def sgd(self, p, g, b, *scalars_and_flags):
-        self._run("sgd", p.size, p, g, b, *scalars_and_flags)
+    def sgd(self, p, g, b, *scalars_and_flags, grad_scale=None, write_back=False):
+        """One SGD pass reading each gradient as g * grad_scale (None: 1); with write_back the
+        scaled gradient is stored into g, else g is left as it was."""
+        self._run("sgd", p.size, p, g, b, *scalars_and_flags, cpu._coef(grad_scale),
+                  bool(write_back), also=(1,) if write_back else ())
 
-    def adam(self, p, g, m, v, *scalars_and_flags):
-        self._run("adam", p.size, p, g, m, v, *scalars_and_flags)
+    def adam(self, p, g, m, v, *scalars_and_flags, grad_scale=None, write_back=False):
+        """One Adam pass reading each gradient as g * grad_scale (None: 1); with write_back the
+        scaled gradient is stored into g, else g is left as it was."""
+        self._run("adam", p.size, p, g, m, v, *scalars_and_flags, cpu._coef(grad_scale),
+                  bool(write_back), also=(1,) if write_back else ())
 
     def scale(self, g, coef):
         self._run("scale", g.size, g, coef)
@@ -160,6 +209,37 @@ class CudaOptim:
 
     def segment_sumsq(self, x, offsets) -> np.ndarray:
         return self._fold.segment_sumsq(x, offsets)
+
+    def _segment_sums(self, x, offsets, squares: bool):
+        """(fold of every segment, and with `squares` their sumsq, else None), one chunk launch."""
+        starts, stops, first = chunk_table(offsets)
+        sums = np.full(len(offsets) - 1, NEG_ZERO)  # an empty segment's: -0.0, the tree's padding
+        sumsqs = sums.copy() if squares else None
+        if starts.size == 0:
+            return sums, sumsqs
+        src = cuda.device_array(starts.size, np.float32)
+        src2 = cuda.device_array(starts.size, np.float32) if squares else None
+        dx = cuda.to_device(x) if isinstance(x, np.ndarray) else x
+        dstarts, dstops = cuda.to_device(starts), cuda.to_device(stops)
+        if squares:
+            self._k["fold_sumsq"][chunk_blocks(starts.size), BLOCK](dx, dstarts, dstops, src, src2)
+        else:
+            self._fold._k["chunk_partials"][chunk_blocks(starts.size), BLOCK](
+                dx, dx, False, dstarts, dstops, src)
+        for s in range(sums.size):
+            if first[s + 1] > first[s]:
+                sums[s] = self._fold._tree(src[first[s]:first[s + 1]])
+                if squares:
+                    sumsqs[s] = self._fold._tree(src2[first[s]:first[s + 1]])
+        return sums, sumsqs
+
+    def segment_fold(self, x, offsets) -> np.ndarray:
+        """The fold of every tensor's cells (x flat: host or device array)."""
+        return self._segment_sums(x, offsets, False)[0]
+
+    def segment_fold_sumsq(self, x, offsets):
+        """(fold, sumsq) of every tensor's cells, from one read of x."""
+        return self._segment_sums(x, offsets, True)
 
     def clip_coef(self, sumsqs, max_norm, eps):
         sq = cuda.device_array(sumsqs.size, np.float32)

@@ -96,10 +96,12 @@ def _get_worker() -> _Worker:
 
 
 def _encode_args(args) -> tuple[list, list[np.ndarray]]:
-    """Arrays travel as .npy frames; bools, ints and floats (float32 included) as JSON values."""
+    """Arrays travel as .npy frames; None, bools, ints and floats (float32 included) as JSON values."""
     spec, arrays = [], []
     for a in args:
-        if isinstance(a, np.ndarray):
+        if a is None:
+            spec.append({"none": True})
+        elif isinstance(a, np.ndarray):
             spec.append({"a": len(arrays)})
             arrays.append(a)
         elif isinstance(a, (bool, np.bool_)):
@@ -114,7 +116,9 @@ def _encode_args(args) -> tuple[list, list[np.ndarray]]:
 def _decode_args(spec, arrays) -> list:
     out = []
     for s in spec:
-        if "a" in s:
+        if "none" in s:
+            out.append(None)
+        elif "a" in s:
             out.append(arrays[s["a"]])
         elif "b" in s:
             out.append(s["b"])
@@ -148,12 +152,13 @@ class SimProxy:
         if method.startswith("_") or method not in self._methods:
             raise AttributeError(method)
 
-        def call(*args):
-            spec, arrays = _encode_args(args)
+        def call(*args, **kwargs):
+            spec, arrays = _encode_args(list(args) + list(kwargs.values()))
             head, out = _get_worker().call(
-                {"family": self._family, "mode": self._mode, "method": method, "args": spec}, arrays)
+                {"family": self._family, "mode": self._mode, "method": method,
+                 "args": spec[:len(args)], "kwargs": dict(zip(kwargs, spec[len(args):]))}, arrays)
             nres = head["nresults"]
-            for i, a in zip(self.WRITES.get(method, ()), out[nres:]):
+            for i, a in zip(head["written"], out[nres:]):
                 np.copyto(args[i], a)
             res = [o[()] if o.ndim == 0 else o for o in out[:nres]]
             if head["result"] == "none":
@@ -174,15 +179,19 @@ def serve(inp, out) -> None:
         try:
             k = registry.kernels("cuda-sim worker", head["family"], "cuda-sim", head["mode"])
             args = _decode_args(head["args"], arrays)
-            result = None if head["method"] is None else getattr(k, head["method"])(*args)
+            named = head.get("kwargs", {})
+            kwargs = dict(zip(named, _decode_args(named.values(), arrays)))
+            result = None if head["method"] is None else getattr(k, head["method"])(*args, **kwargs)
             kind = "none" if result is None else "tuple" if isinstance(result, tuple) else "one"
             results = [] if result is None else list(result) if kind == "tuple" else [result]
             writes = getattr(k, "WRITES", {})
-            written = [args[i] for i in writes.get(head["method"], ())]
+            # the positions WRITES names, and with write_back=True the gradient (sgd, adam: 1)
+            index = tuple(writes.get(head["method"], ())) + ((1,) if kwargs.get("write_back") else ())
+            written = [args[i] for i in index]
             methods = [m for m in dir(k) if not m.startswith("_") and callable(getattr(k, m))]
             _send(out, {"ok": True, "backend": k.backend, "numeric_mode": k.numeric_mode,
                         "details": k.details, "methods": methods, "writes": writes,
-                        "result": kind, "nresults": len(results)},
+                        "result": kind, "nresults": len(results), "written": index},
                   [np.asarray(r) for r in results] + [np.asarray(w) for w in written])
         except Refusal as e:
             _send(out, {"ok": False, "type": type(e).__name__, "entry_point": e.entry_point,
