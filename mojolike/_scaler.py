@@ -24,7 +24,7 @@ import numbers
 import numpy as np
 
 from . import checks, registry
-from ._optim import _Optimizer
+from ._optim_base import _Optimizer
 from ._optim_grads import CLIP_EPS
 from ._params import Pieces, as_list, end_to_end
 from .oracles import codec, f32
