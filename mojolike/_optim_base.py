@@ -167,7 +167,9 @@ class _Optimizer:
         self._reg.check_unchanged()
         clip = checks.choice(e, "clip", clip, ("inplace", "fold"))
         m = None if max_norm is None else checks.real32(e, "max_norm", max_norm, low=0.0)
-        s = None if grad_scale is None else checks.real32(e, "grad_scale", grad_scale)
+        # at most 1, so a gradient checked finite stays finite once scaled
+        s = None if grad_scale is None else checks.real32(e, "grad_scale", grad_scale, low=0.0,
+                                                          high=1.0, what="in [0, 1]")
         if s is not None and m is not None and clip == "inplace":
             refuse(e, "grad_scale", "with max_norm needs clip='fold': the in-place clip would "
                                     "scale gradients that grad_scale says are not yet scaled",

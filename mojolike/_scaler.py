@@ -25,6 +25,7 @@ import numpy as np
 
 from . import checks, registry
 from ._optim_base import _Optimizer
+from ._optim_grads import get_total_norm
 from ._optim_grads import CLIP_EPS
 from ._params import Pieces, as_list, end_to_end
 from .oracles import codec, f32
@@ -276,6 +277,11 @@ class GradScaler:
                                    "once per iteration, after the steps")
         if stage == _UNSCALED:  # the gradients are unscaled already: torch's optimizer.step
             found_inf = self._states[id(optimizer)]["found_inf"]
+            if not found_inf and max_norm is not None:
+                # a clip needs a finite norm: finite cells whose squares overflow skip the step,
+                # as on the folded path (torch would clip by 0)
+                found_inf = not math.isfinite(get_total_norm(
+                    grads, backend=optimizer.backend, numeric_mode=optimizer.numeric_mode))
             if found_inf:  # the arguments are checked, nothing is read or written
                 out = optimizer._step(grads, max_norm, **dict(step_kwargs, update_gate=False))
             else:
