@@ -231,6 +231,7 @@ def test_groups_steps_and_moments_resume_bit_for_bit_through_a_state_file(backen
 @pytest.mark.parametrize("option,call", [
     ("grad_scale", lambda o, g: o.step(g, grad_scale=float("nan"))),
     ("grad_scale", lambda o, g: o.step(g, grad_scale=1e300)),
+    ("grad_scale", lambda o, g: o.step(g, grad_scale=2.0)),  # above 1: could overflow a finite g
     ("grad_scale", lambda o, g: o.step(g, max_norm=1.0, grad_scale=0.5)),
     ("clip", lambda o, g: o.step(g, max_norm=1.0, clip="later")),
     ("update_gate", lambda o, g: o.step(g, update_gate=np.array([0.5]))),
