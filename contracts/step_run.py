@@ -6,7 +6,7 @@ Reproducibility: every input is drawn from the case id (casegen.draw), every ste
 through the public API, so a case's outputs are the backend's bits and nothing else.
 
 >>> c = case("sgd-groups")
->>> c.cid, len(c.steps) >= 2
+>>> c.id, len(c.steps) >= 2
 ('sgd-groups', True)
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ from conftest import available
 
 import fpenv
 import mojolike
-from mojolike import _fold, _optim, fpstate
+from mojolike import _fold, _optim_oracle, fpstate
 from mojolike.oracles import codec, f32
 
 pytestmark = pytest.mark.skipif(not fpenv.supported(), reason="the fpenv helper needs x86-64 or aarch64")
@@ -115,7 +115,7 @@ def test_the_oracle_stays_exact_in_any_fp_state(state):
     params = np.full(5, 1e-39, np.float32)
     with fpenv.changed(**STATES[state]):
         total = int(_fold.OracleFold().fold(TINY).view(np.uint32))
-        k = _optim.OracleOptim()
+        k = _optim_oracle.OracleOptim()
         p = params.copy()
         k.sgd(p, grads, np.zeros(1, np.float32), np.bool_(True), np.float32(0.5), np.float32(0),
               np.float32(1), np.float32(0), np.bool_(False), np.bool_(False), np.bool_(False),
