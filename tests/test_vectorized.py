@@ -12,9 +12,10 @@ NUMBA_CPU_FEATURES="" (the target's own features, not the host's) and counts the
 packed instructions inside loops (between a label and a backward jump to it) in
 `inspect_asm`. Compilation only: nothing runs, so any host can check any target.
 
-The subprocess keeps numba's cache for the target in pytest's cache folder (the
-imports then load the other kernels quickly) but compiles each hot kernel afresh,
-without the cache, so the inspected code is always the current source's.
+The subprocess imports the modules with `numba.njit(signature)` made lazy (nothing
+compiles at import) and compiles each hot kernel afresh, without the cache, for the
+signatures its decorator named, so the inspected code is always the current source's
+and a target costs only its hot kernels' compilation.
 
 Run one target by hand: python tests/test_vectorized.py haswell
 """
@@ -65,10 +66,31 @@ def packed_in_loops(asm: str) -> dict[str, int]:
     return dict(counts)
 
 
+def _compile_lazily() -> None:
+    """Make `numba.njit(signature)` record its signatures instead of compiling at import, so
+    that importing a module compiles nothing: the target's process then compiles only the hot
+    kernels (each for its recorded signatures), not the whole library for every target."""
+    import numba
+    eager = numba.njit
+
+    def njit(*args, **options):
+        if args and not callable(args[0]):  # njit(signature or list of them, **options)
+            sigs = args[0] if isinstance(args[0], list) else [args[0]]
+
+            def wrap(fn):
+                d = eager(**options)(fn)
+                d.recorded_signatures = sigs
+                return d
+            return wrap
+        return eager(*args, **options)
+    numba.njit = njit
+
+
 def compile_and_count(modules: list[str]) -> dict:
     """In the target's process: {module.kernel: {"want": [...], "packed": counts}}."""
     import importlib
 
+    _compile_lazily()
     from numba import njit
     def entry(value):  # (dispatcher, mnemonics); None: any packed arithmetic
         return value if isinstance(value, tuple) else (value, None)
@@ -82,9 +104,9 @@ def compile_and_count(modules: list[str]) -> dict:
             options = {k: v for k, v in d.targetoptions.items() if k not in ("cache", "nopython")}
             fresh = njit(**options)(d.py_func)  # compiled anew: inspect_asm refuses cached code
             counts = collections.Counter()
-            for sig in d.signatures:
+            for sig in getattr(d, "recorded_signatures", None) or d.signatures:
                 fresh.compile(sig)
-                counts.update(packed_in_loops(fresh.inspect_asm(sig)))
+                counts.update(packed_in_loops(fresh.inspect_asm(fresh.signatures[-1])))
             out[label] = {"want": hot[label][1] if label in hot else [],
                           "want_avx2": avx2[label][1] if label in avx2 else [],
                           "packed": dict(counts)}
