@@ -5,4 +5,4 @@ Each suite module (`fold`, ...) names its profile, builds its cases from
 negative controls; `harness` runs any suite on any backend.
 """
 
-SUITES = ("fold", "optim", "crmath", "loss", "schedule", "rng", "layers", "step")
+SUITES = ("fold", "optim", "crmath", "loss", "schedule", "rng", "layers", "step", "train")

@@ -1,9 +1,10 @@
-"""The `mojolike` command: certify backends, compare cards, list backends.
+"""The `mojolike` command: certify backends, compare cards, list backends, train.
 
     mojolike certify [--backend NAME|all] [--suite NAME|all] [--out DIR] [--json]
                      [--update-reference]
     mojolike compare A B          (two cards, or two folders of cards)
     mojolike backends
+    mojolike train [--steps N] [--backend B] [--out DIR] [--resume CKPT] [--stop-at K]
 
 Exit codes:
   certify  0 every clause holds (and, with --update-reference, every reference was
@@ -12,6 +13,8 @@ Exit codes:
            (oracle, cpu-numba, cpu-cffi, and cuda-sim where it runs).
   compare  0 the cards are the same; 1 valid cards differ (or a card is in only one
            folder); 2 a card is invalid (the file and line are named) or a usage error.
+  train    0 the run reached its last step (or --stop-at); 2 a usage error, a refused
+           option or an unavailable backend (mojolike/_train_cli.py).
 """
 from __future__ import annotations
 
@@ -234,6 +237,8 @@ def main(argv=None) -> int:
     m.set_defaults(func=compare)
     b = sub.add_parser("backends", help="list backends and whether they run here")
     b.set_defaults(func=show_backends)
+    from ._train_cli import add_parser as add_train
+    add_train(sub)
     args = p.parse_args(argv)
     return args.func(args)
 

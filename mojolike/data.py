@@ -1,18 +1,20 @@
-"""A byte-level token stream over English text that ships with Python, cut into fixed windows.
+"""A byte-level token stream over English text that ships with the package, cut into fixed windows.
 
-The text is CPython's `pydoc_data.topics` (the reference manual's topics that
-`help()` shows, about 465 KB): the topics in sorted key order, concatenated,
-encoded as UTF-8. Tokens are its bytes (vocabulary 256). Window w of length T is
-tokens [w T, w T + T) with targets [w T + 1, w T + T + 1): consecutive windows
+The text is `mojolike/text/topics.txt`: the first 131072 bytes of CPython
+3.11.7's `pydoc_data.topics` (the reference manual's topics that `help()` shows:
+the topics in sorted key order, concatenated, encoded as UTF-8), after one header
+line naming that source and its license (PSF). It ships with the package because
+every Python version ships other topics, and a run's bits must not depend on the
+Python that runs it. Tokens are its bytes (vocabulary 256). Window w of length T
+is tokens [w T, w T + T) with targets [w T + 1, w T + T + 1): consecutive windows
 tile the text, and the W = (len - 1) div T windows are taken in order, wrapping
 around (window index mod W). Row r of the run is window r mod W; step s with
 batch size B holds rows s B .. s B + B - 1.
 
 Reproducibility: a batch is a function of (step, row, seq_len) and the text
 alone: a resumed run, a microbatch (`windows(first_row, rows, seq_len)`) and a
-second process see the same windows. The text is the one of the running
-Python; another Python version ships other topics, so a run records
-`TextStream.md5` (the md5 of the token bytes) beside its results.
+second process see the same windows, on every Python version. `TextStream.md5`
+(the md5 of the token bytes) identifies the text.
 
 >>> from mojolike import data
 >>> tokens, targets = data.batch(0, batch_size=2, seq_len=8)
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from pathlib import Path
 
 import numpy as np
 
@@ -33,10 +36,18 @@ from .refusals import refuse
 
 VOCAB = 256  # byte-level
 _E = "mojolike.data"
+SHIPPED = Path(__file__).resolve().parent / "text" / "topics.txt"
+
+
+def shipped_text() -> bytes:
+    """The shipped text's bytes: `mojolike/text/topics.txt` after its header line."""
+    raw = SHIPPED.read_bytes()
+    return raw[raw.index(b"\n") + 1:]
 
 
 def pydoc_text() -> bytes:
-    """The topics of `pydoc_data.topics`, in sorted key order, concatenated, as UTF-8 bytes."""
+    """The topics of the running Python's `pydoc_data.topics`, in sorted key order, concatenated,
+    as UTF-8 bytes (the source of the shipped text; it differs between Python versions)."""
     from pydoc_data.topics import topics
     return "".join(topics[k] for k in sorted(topics)).encode("utf-8")
 
@@ -44,7 +55,7 @@ def pydoc_text() -> bytes:
 class TextStream:
     """Tokens (the bytes of a text, vocabulary 256) cut into fixed windows by position.
 
-    Parameters: `text` bytes, or None for `pydoc_text()`.
+    Parameters: `text` bytes, or None for `shipped_text()`.
 
     Reproducibility: `windows` and `batch` depend on their arguments and the text
     alone (see the module docstring); `md5` identifies the text.
@@ -56,7 +67,7 @@ class TextStream:
 
     def __init__(self, text=None, **unknown):
         checks.keywords(f"{_E}.TextStream", unknown, ("text",))
-        raw = pydoc_text() if text is None else text
+        raw = shipped_text() if text is None else text
         if not isinstance(raw, (bytes, bytearray)) or len(raw) < 2:
             refuse(f"{_E}.TextStream", "text", "must be bytes with at least 2 bytes (one token and "
                                                "its target)")
@@ -103,7 +114,7 @@ class TextStream:
 
 @functools.lru_cache(maxsize=1)
 def default_stream() -> TextStream:
-    """The `pydoc_text()` stream, read once per process."""
+    """The `shipped_text()` stream, read once per process."""
     return TextStream()
 
 

@@ -210,14 +210,23 @@ def test_bad_model_configurations_are_refused_by_name(kw, option):
 
 
 # -- the data stream -----------------------------------------------------------------------------
-def test_the_stream_is_the_pydoc_topics_in_sorted_order_as_utf8_bytes():
-    from pydoc_data.topics import topics
+def test_the_stream_is_the_shipped_text_after_its_header_line():
     s = data.default_stream()
-    text = "".join(topics[k] for k in sorted(topics)).encode("utf-8")
-    assert len(s) == len(text) > 400_000
+    raw = data.SHIPPED.read_bytes()
+    header, text = raw.split(b"\n", 1)
+    assert b"pydoc_data.topics" in header and b"3.11.7" in header and b"PSF License" in header
+    assert len(s) == len(text) == 131072
     assert s.tokens.tobytes() == text and s.md5 == hashlib.md5(text).hexdigest()
     assert s.tokens.max() < data.VOCAB == 256
     assert data.TextStream().md5 == s.md5  # read again: the same bytes
+    text.decode("utf-8")  # cut between characters
+
+
+def test_the_shipped_text_is_the_start_of_the_pydoc_topics_of_python_3_11_7():
+    import sys
+    if sys.version_info[:3] != (3, 11, 7):
+        pytest.skip("the excerpt's source is Python 3.11.7's pydoc_data; this Python ships others")
+    assert data.shipped_text() == data.pydoc_text()[:131072]
 
 
 def test_batches_are_fixed_by_step_and_position():

@@ -1,0 +1,340 @@
+"""The reference training run: TinyLM on the shipped text, certified end to end (`Trainer`).
+
+One step s (counted from 1) of a `TrainConfig`:
+
+1. The batch: the shipped text's windows at rows (s - 1) batch_size onwards
+   (`mojolike.data`), bytes folded to byte mod vocab below 256, split into
+   `microbatches` equal parts; the step's dropout stream is the generator's next.
+2. Each microbatch j of b rows runs the model's forward on a tape (TinyLM's
+   graph, with the embedding's rows as the tape's leaf) with the head's loss
+   'mean' over all N tokens of the step (num_items=N), dropout keyed by the
+   element's position in the step (row offset j b), and the backward seeded with
+   the loss scale. Its loss is the mean of its rows' losses over N.
+3. The step's loss is the pairwise sum of the microbatch losses; its gradients
+   the pairwise sum (`accumulate_grads`) of the microbatch gradients, except the
+   embedding's: its row gradients are concatenated and `embedding_backward` runs
+   once over the whole step, so that its per-token folds see every position.
+4. The gate: the loss's z-score from `OutlierDetector`; above `skip_lossz` the
+   step is not applied.
+5. `GradScaler.step(optimizer, grads, max_norm, update_gate)`: the gradients read
+   as g * inv_scale with the clip coefficient folded in, or the step skipped
+   when their checksum is not finite; then `update()` (back off or grow).
+6. One record: loss, total norm (NaN when not applied), the learning rate
+   (NaN when not applied), the scale after update, skipped (the scaler found
+   an overflow) and gated.
+
+Reproducibility: every value is a certified op or one IEEE float32 operation in
+an order fixed by the program, so the records and the final state have the
+oracle's bits on every backend and thread count (numeric_mode="identical"), when
+resumed from a checkpoint (`save` / `load`: one .npz, no pickle), and, when the
+microbatches are aligned (`mojolike.accumulation_is_aligned` of their token
+counts, and the scale a power of two, as GradScaler keeps it), for any such
+split of the batch; with N a power of two the loss too. contracts/train.md.
+
+>>> from mojolike.train import TrainConfig, Trainer
+>>> cfg = TrainConfig(steps=3, d_model=8, d_hidden=16, vocab=32, batch_size=2, seq_len=8,
+...                   microbatches=2, overflow_steps=(2,))
+>>> t = Trainer(cfg, backend="cpu-numba")
+>>> [(r.step, round(r.loss, 4), r.skipped, r.scale) for r in t.run()]
+[(1, 3.3035, False, 65536.0), (2, 2.8163, True, 32768.0), (3, 2.4948, False, 32768.0)]
+>>> oracle = Trainer(cfg, backend="oracle")
+>>> _ = oracle.run(); oracle.digest() == t.digest()
+True
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _checkpoint as ckpt
+from . import checks, data, registry
+from ._layers import embedding, embedding_backward
+from ._optim import AdamW
+from ._optim_grads import accumulate_grads
+from ._outlier import OutlierDetector
+from ._rng import Generator
+from ._scaler import GradScaler
+from ._schedule import WarmupCosineLR
+from ._tape import Tape
+from ._train_config import TrainConfig
+from .contracts import cardformat
+from .models import TinyLM
+from .oracles.fold import pairwise
+from .refusals import Refusal, refuse
+
+__all__ = ["FORMAT", "StepRecord", "TrainConfig", "Trainer"]
+
+_E = "mojolike.train.Trainer"
+FORMAT = "mojolike.train.checkpoint.v1"
+# weight decay on the matrices; norms, biases and the embedding take none (the optimizer's order)
+DECAY = ("fc1.weight", "fc2.weight", "head.weight")
+NO_DECAY = ("embed.weight", "norm1.weight", "fc1.bias", "fc2.bias", "norm2.weight")
+ON_TAPE = ("norm1.weight", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "norm2.weight",
+           "head.weight")
+OVERFLOW_CELL = "fc2.weight"  # where overflow_steps write their inf (cell 0)
+RECORDS = ("loss", "norm", "lr", "scale", "skipped", "gated")
+
+
+class StepRecord(NamedTuple):
+    """One step: its number (from 1), the loss, the total norm and learning rate (NaN when the
+    step was not applied), the scale after update, whether the scaler skipped it (an
+    overflow), whether the gate closed, and the loss's z-score (NaN while the window fills)."""
+
+    step: int
+    loss: float
+    norm: float
+    lr: float
+    scale: float
+    skipped: bool
+    gated: bool
+    lossz: float
+
+
+def microbatch_rows(index: int, rows: int) -> int:
+    """The first row of microbatch `index` within its step: dropout is keyed by position."""
+    return index * rows
+
+
+class Trainer:
+    """A training run of `TrainConfig` on `backend`: the model, AdamW (two groups), the
+    schedule, the GradScaler, the outlier gate, the dropout generator and the data position.
+
+    `run(until=None, callback=None)` takes steps up to `until` (default: the config's
+    steps), calling `callback(record)` after each; `train_step()` takes one. `records`
+    holds every step's `StepRecord`. `save(path)` writes one checkpoint file and
+    `Trainer.load(path, backend=...)` continues from it. `outputs()` lists the run's
+    certified values, `card()` renders them as a card (contracts/cardformat.py: one
+    record per step and value, then the final parameters and states) and `digest()`
+    is the card's md5: the same on every backend.
+
+    Parameters: `config` (a TrainConfig; None: the defaults), `backend`, `numeric_mode`.
+    Reproducibility: see the module docstring.
+
+    >>> t = Trainer(TrainConfig(steps=2, d_model=4, vocab=16, batch_size=1, seq_len=4,
+    ...                         microbatches=1), backend="oracle")
+    >>> len(t.run()), t.step, t.optimizer.t
+    (2, 2, 2)
+    """
+
+    def __init__(self, config=None, *, backend=None, numeric_mode=None, **unknown):
+        checks.keywords(_E, unknown, ("config", "backend", "numeric_mode"))
+        c = TrainConfig() if config is None else config
+        if not isinstance(c, TrainConfig):
+            refuse(_E, "config", f"must be a mojolike.train.TrainConfig, not {type(c).__name__}")
+        k = registry.kernels(_E, "layers", backend, numeric_mode)  # refuses a backend not here
+        self.backend, self.numeric_mode = k.backend, k.numeric_mode
+        on = self._on = dict(backend=self.backend, numeric_mode=self.numeric_mode)
+        self.config, self.stream = c, data.default_stream()
+        if c.seq_len > len(self.stream) - 1:
+            refuse(_E, "seq_len", f"must be at most {len(self.stream) - 1} (one window of the text)",
+                   value=c.seq_len)
+        self.model = TinyLM(c.d_model, c.d_hidden, c.vocab, c.dropout, None, c.chunk_size, c.seed,
+                            **on)
+        p = dict(self.model.named_parameters())
+        self.schedule = WarmupCosineLR(c.lr, warmup_steps=c.warmup_steps, total_steps=c.steps,
+                                       min_lr=c.min_lr, **on)
+        self.optimizer = AdamW([{"params": [p[k] for k in DECAY], "weight_decay": c.weight_decay},
+                                {"params": [p[k] for k in NO_DECAY], "weight_decay": 0.0}],
+                               lr=c.lr, betas=c.betas, eps=c.eps, lr_schedule=self.schedule, **on)
+        self.scaler = GradScaler(c.init_scale, growth_interval=c.growth_interval, **on)
+        self.generator = Generator(c.dropout_seed, **on)
+        self.outlier = OutlierDetector(c.outlier_window)
+        self.step = 0  # steps taken (applied or not): the data position is step * batch_size
+        self.records: list[StepRecord] = []
+        self._tape = Tape(**on)
+        self._handles = [self._tape.param(p[k]) for k in ON_TAPE]
+        self._mark = self._tape.mark()
+
+    def __repr__(self) -> str:
+        return f"Trainer(step={self.step}/{self.config.steps}, backend={self.backend!r})"
+
+    # -- the step -----------------------------------------------------------------------------
+    def run(self, until=None, *, callback=None, **unknown) -> list[StepRecord]:
+        """Take steps until `until` steps are done (default: all); the records of this call."""
+        e = f"{_E}.run"
+        checks.keywords(e, unknown, ("until", "callback"))
+        end = self.config.steps if until is None else checks.integer(
+            e, "until", until, low=self.step, high=self.config.steps,
+            what=f"in [{self.step}, {self.config.steps}] (steps done so far, steps of the run)")
+        out = []
+        while self.step < end:
+            out.append(self.train_step())
+            if callback is not None:
+                callback(out[-1])
+        return out
+
+    def train_step(self) -> StepRecord:
+        """Take the next step (see the module docstring) and return its record."""
+        c = self.config
+        if self.step >= c.steps:
+            refuse(f"{_E}.train_step", "steps", f"are all taken ({c.steps}); the run is complete")
+        n = self.step + 1
+        tok, tgt = self.stream.windows(self.step * c.batch_size, c.batch_size, c.seq_len)
+        if c.vocab < data.VOCAB:
+            tok, tgt = tok % c.vocab, tgt % c.vocab
+        stream = self.generator.next_stream()
+        scale = self.scaler.get_scale()
+        rows, count = c.batch_size // c.microbatches, tok.size
+        losses, grads, d_rows = [], [], []
+        for j in range(c.microbatches):
+            part = slice(j * rows, (j + 1) * rows)
+            loss, g, dx = self._microbatch(tok[part], tgt[part], microbatch_rows(j, rows), stream,
+                                           count, scale)
+            losses.append(loss)
+            grads.append(g)
+            d_rows.append(dx)
+        loss = pairwise(losses)
+        summed = grads[0] if len(grads) == 1 else accumulate_grads(
+            grads, [rows * c.seq_len] * c.microbatches, **self._on)
+        named = dict(zip(ON_TAPE, summed))
+        named["embed.weight"] = embedding_backward(np.concatenate(d_rows), tok.reshape(-1),
+                                                   c.vocab, **self._on)
+        if n in c.overflow_steps:
+            named[OVERFLOW_CELL].reshape(-1)[0] = np.float32(np.inf)
+        z = self.outlier.update(loss)
+        gate = not (c.skip_lossz is not None and z > c.skip_lossz)
+        t0 = self.optimizer.t
+        norm = self.scaler.step(self.optimizer, [named[k] for k in DECAY + NO_DECAY],
+                                max_norm=c.max_norm, update_gate=gate)
+        self.scaler.update()
+        applied = self.optimizer.t != t0
+        after = self.scaler.get_scale()
+        rec = StepRecord(n, loss, math.nan if norm is None else norm,
+                         self.optimizer.lr_ if applied else math.nan, after, after < scale,
+                         not gate, z)
+        self.step = n
+        self.records.append(rec)
+        return rec
+
+    def _microbatch(self, tok, tgt, first_row, stream, count, scale):
+        """(loss, the gradients of ON_TAPE, the embedding rows' gradient) of one microbatch."""
+        c, tape, m = self.config, self._tape, self.model
+        n1, w1, b1, w2, b2, n2, head = self._handles
+        try:
+            x = tape.param(embedding(tok.reshape(-1), m.parameters()[0], **self._on))
+            h = tape.rms_norm(x, n1, m.eps)
+            y = tape.linear(tape.relu(tape.linear(h, w1, b1)), w2, b2)
+            if m.dropout > 0.0:
+                y = tape.dropout(y, self.generator, m.dropout,
+                                 offset=first_row * c.seq_len * c.d_model, stream=stream)
+            z = tape.rms_norm(tape.add(x, y), n2, m.eps)
+            loss = tape.chunked_lm_head_loss(z, head, tgt.reshape(-1), num_items=count,
+                                             chunk_size=c.chunk_size)
+            grads = tape.backward(loss, seed=scale)
+            return loss.item(), grads[:-1], grads[-1]
+        finally:
+            tape.reset_to(self._mark)
+
+    # -- results ------------------------------------------------------------------------------
+    def outputs(self) -> list[tuple[str, np.ndarray]]:
+        """The certified values: per step 'step-NNNN/<loss|norm|lr|scale|skipped|gated>', then
+        'final/<parameter name>', the optimizer's moments and step counts, the scaler's scale
+        and growth tracker, the generator's counter and the outlier detector's state."""
+        width = max(4, len(str(self.config.steps)))
+        out = []
+        for r in self.records:
+            values = (r.loss, r.norm, r.lr, r.scale, float(r.skipped), float(r.gated))
+            out += [(f"step-{r.step:0{width}d}/{name}", np.float32([v]))
+                    for name, v in zip(RECORDS, values)]
+        out += [(f"final/{name}", a.reshape(-1).copy()) for name, a in self.model.named_parameters()]
+        state = self.optimizer.state_dict()
+        for name in ("exp_avg", "exp_avg_sq"):
+            out.append((f"final/{name}", np.concatenate([a.reshape(-1) for a in state[name]])))
+        s, o = self.scaler.state_dict(), self.outlier.state_dict()
+        out += [("final/steps", np.float32([state["t"], *state["steps"]])),
+                ("final/scaler", np.float32([s["scale"], s["_growth_tracker"]])),
+                ("final/generator", np.float32([self.generator.state_dict()["counter"]])),
+                ("final/outlier", np.float32([o["count"], o["index"], o["sum"], o["sum_sq"],
+                                              *o["buffer"]]))]
+        return out
+
+    def profile(self) -> str:
+        """The run card's profile: the mode, and the md5 of the configuration and the text."""
+        h = hashlib.md5(f"{self.config.key()} {self.stream.md5}".encode()).hexdigest()[:16]
+        return f"mojolike.{self.numeric_mode}.train-run.fp32.v1:config-{h}"
+
+    def card(self) -> str:
+        """The run card: one record per output (cardformat's text, trailer included)."""
+        recs = [cardformat.record(*name.rsplit("/", 1), a) for name, a in self.outputs()]
+        return cardformat.render(self.profile(), recs)
+
+    def digest(self) -> str:
+        """The run card's md5: the same on every backend for the same configuration and steps."""
+        return cardformat.card_md5(self.card())
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def save(self, path, **unknown) -> str:
+        """Write one checkpoint file (.npz, no pickle): the parameters, the optimizer's state,
+        the scaler, the generator, the schedule and data positions, the outlier detector and
+        the records so far. Returns the path written (`.npz` added when missing)."""
+        e = f"{_E}.save"
+        checks.keywords(e, unknown, ("path",))
+        opt = self.optimizer.state_dict()
+        arrays = {f"param.{k}": a.copy() for k, a in self.model.named_parameters()}
+        for name in ("exp_avg", "exp_avg_sq"):
+            arrays.update({f"optimizer.{name}.{i}": a for i, a in enumerate(opt[name])})
+        arrays["records"] = np.float32([r[1:7] for r in self.records]).reshape(-1, len(RECORDS))
+        meta = {"format": FORMAT, "config": self.config.to_dict(), "text_md5": self.stream.md5,
+                "step": self.step, "lossz": [r.lossz for r in self.records],
+                "optimizer": {k: v for k, v in opt.items() if k not in ("exp_avg", "exp_avg_sq")},
+                "scaler": self.scaler.state_dict(), "generator": self.generator.state_dict(),
+                "outlier": self.outlier.state_dict(),
+                "schedule": {"config": self.schedule.config(), "t": self.optimizer.t}}
+        return ckpt.write(e, path, meta, arrays)
+
+    @classmethod
+    def load(cls, path, *, backend=None, numeric_mode=None, **unknown) -> Trainer:
+        """A Trainer continuing the run saved at `path` (on any backend); every part of the file
+        is checked before the trainer is returned."""
+        e = f"{_E}.load"
+        checks.keywords(e, unknown, ("path", "backend", "numeric_mode"))
+        meta, arrays = ckpt.read(e, path)
+        if meta.get("format") != FORMAT:
+            refuse(e, "path", f"is not a {FORMAT} file (format {str(meta.get('format'))[:40]!r})",
+                   value=path)
+        try:  # every part is checked by its own class, refused here under this entry's name
+            t = cls(TrainConfig.from_dict(meta.get("config")), backend=backend,
+                    numeric_mode=numeric_mode)
+            t._restore(e, meta, arrays)
+        except Refusal as r:
+            raise r.at(e) from None
+        except KeyError as err:
+            refuse(e, "path", f"lacks the checkpoint entry {err}", value=path)
+        except (TypeError, ValueError, AttributeError) as err:  # JSON of the wrong shape
+            refuse(e, "path", f"holds a malformed checkpoint entry ({type(err).__name__}: {err})",
+                   value=path)
+        return t
+
+    def _restore(self, e: str, meta: dict, arrays: dict) -> None:
+        if meta["text_md5"] != self.stream.md5:
+            refuse(e, "text_md5", "differs from the shipped text's md5: the run trained on "
+                                  "another text")
+        step = checks.integer(e, "step", meta["step"], low=0, high=self.config.steps)
+        rec = arrays["records"]
+        lossz = meta["lossz"]
+        if rec.dtype != np.float32 or rec.shape != (step, len(RECORDS)) or \
+                not isinstance(lossz, list) or len(lossz) != step:
+            refuse(e, "records", f"must hold {step} records of {len(RECORDS)} values")
+        for name, a in self.model.named_parameters():
+            got = arrays[f"param.{name}"]
+            if got.dtype != np.float32 or got.shape != a.shape:
+                refuse(e, f"param.{name}", f"must be a float32 array of shape {a.shape}")
+        state = dict(meta["optimizer"])
+        for name in ("exp_avg", "exp_avg_sq"):
+            state[name] = [arrays[f"optimizer.{name}.{i}"] for i in range(len(DECAY + NO_DECAY))]
+        want = self.schedule.config()
+        if meta["schedule"] != {"config": want, "t": state.get("t")}:
+            refuse(e, "schedule", f"must be the configuration's schedule {want} at the optimizer's "
+                                  f"step")
+        self.optimizer.load_state_dict(state)
+        self.scaler.load_state_dict(meta["scaler"])
+        self.generator.load_state_dict(meta["generator"])
+        self.outlier.load_state_dict(meta["outlier"])
+        for name, a in self.model.named_parameters():
+            a[...] = arrays[f"param.{name}"]
+        self.step = step
+        self.records = [StepRecord(i + 1, *(float(v) for v in r[:4]), bool(r[4]), bool(r[5]),
+                                   float(z)) for i, (r, z) in enumerate(zip(rec, lossz))]
