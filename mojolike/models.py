@@ -1,7 +1,8 @@
 """The reference language model: `TinyLM`, built on `mojolike.Tape`.
 
-The data stream it trains on is `mojolike.data` (bytes of a text that ships
-with Python, vocabulary 256, fixed windows by position).
+The data stream it trains on is `mojolike.data` (bytes of a text shipped in the
+package, an excerpt of Python 3.11.7's pydoc_data.topics; vocabulary 256, fixed
+windows by position).
 """
 from __future__ import annotations
 
