@@ -24,12 +24,11 @@ import numbers
 import numpy as np
 
 from . import checks, registry
+from ._fold import fold
 from ._optim_base import _Optimizer
-from ._optim_grads import get_total_norm
-from ._optim_grads import CLIP_EPS
+from ._optim_grads import CLIP_EPS, get_total_norm
 from ._params import Pieces, as_list, end_to_end
 from .oracles import codec, f32
-from .oracles.fold import fold_tree
 from .refusals import refuse
 
 _ENTRY = "mojolike.GradScaler"
@@ -66,9 +65,10 @@ def _segments(entry: str, grads, k, *, writable: bool = False) -> tuple:
     return np.concatenate(views), offsets, views
 
 
-def _fold_of(sums) -> float:
-    """The fold of the per-tensor sums (a few hundred values: the oracle's tree, on the host)."""
-    return fold_tree(codec.decode(np.asarray(sums, np.float32)))
+def _fold_of(sums, k) -> float:
+    """The fold of the per-tensor sums, by the fold kernels of k's backend (mojolike.fold: the
+    oracle's tree, without the host's Python arithmetic on a few hundred values)."""
+    return float(fold(np.asarray(sums, np.float32), backend=k.backend, numeric_mode=k.numeric_mode))
 
 
 def grad_checksum(grads, *, backend=None, numeric_mode=None, **unknown) -> float:
@@ -89,7 +89,7 @@ def grad_checksum(grads, *, backend=None, numeric_mode=None, **unknown) -> float
     checks.keywords(e, unknown, ("grads", "backend", "numeric_mode"))
     k = registry.kernels(e, "optim", backend, numeric_mode)
     x, offsets, _ = _segments(e, grads, k)
-    return _fold_of(k.segment_fold(x, offsets))
+    return _fold_of(k.segment_fold(x, offsets), k)
 
 
 # -- argument checks ------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def _inverse(scale: float) -> float:
 
 def _alarm(k, sums, sumsqs, max_norm) -> bool:
     """A non-finite checksum, or, with a clip, a non-finite total norm (the clip needs one)."""
-    if not math.isfinite(_fold_of(sums)):
+    if not math.isfinite(_fold_of(sums, k)):
         return True
     return max_norm is not None and not math.isfinite(
         float(k.clip_coef(sumsqs, np.float32(1.0), CLIP_EPS)[0]))
@@ -256,7 +256,8 @@ class GradScaler:
         k.scale(x, codec.scalar(_inverse(self._scale)))
         for v, lo, hi in zip(copied or (), offsets[:-1], offsets[1:]):
             v[...] = x[lo:hi]
-        self._record(optimizer, _UNSCALED, not math.isfinite(_fold_of(k.segment_fold(x, offsets))))
+        checksum = _fold_of(k.segment_fold(x, offsets), k)
+        self._record(optimizer, _UNSCALED, not math.isfinite(checksum))
 
     def step(self, optimizer, grads, max_norm=None, **step_kwargs):
         """Step `optimizer` with `grads` read as g * inv_scale, or skip the step (nothing is
@@ -305,7 +306,7 @@ class GradScaler:
         sums, sumsqs = k.segment_fold_sumsq(x, offsets)  # one read: checksum and squares
         # the checksum decides: a sum that overflows while every cell is finite is a false
         # alarm, which costs one extra backoff and never a wrong step
-        found_inf = not math.isfinite(_fold_of(sums))
+        found_inf = not math.isfinite(_fold_of(sums, k))
         if not found_inf and _alarm(k, sums, sumsqs, max_norm) and s is not None:
             # finite cells whose scaled squares overflow: the clip needs the norm of the
             # unscaled values (torch's), which then are what the optimizer reads
