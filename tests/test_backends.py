@@ -22,8 +22,9 @@ def test_backends_lists_every_backend_with_a_reason():
 
 
 def test_import_compiles_nothing_and_takes_under_a_second():
-    code = ("import time, sys; t = time.perf_counter(); import mojolike; "
-            "print(time.perf_counter() - t, 'numba' in sys.modules, 'cffi' in sys.modules)")
+    # CPU time of the import itself: on a shared machine the wall clock also counts waiting
+    code = ("import time, sys; t = time.process_time(); import mojolike; "
+            "print(time.process_time() - t, 'numba' in sys.modules, 'cffi' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     seconds, numba_loaded, cffi_loaded = out.stdout.split()
     assert float(seconds) < 1.0
