@@ -151,6 +151,25 @@ def refusal_clause(table, buffers=()) -> tuple[str, str]:
     return "pass", f"{len(table)} refusals raised by name{tail}"
 
 
+def built_refusal_clause(rows) -> tuple[str, str]:
+    """Clause (f) over rows [(expected option, build)], where build() gives (buffers, grads,
+    act): act() must raise a Refusal for exactly that option and leave every array among the
+    buffers and grads it returned as it was (each row brings fresh arrays)."""
+    failures, count = [], 0
+    for expect, build in rows:
+        buffers, grads, act = build()
+        arrays = [a for a in list(buffers) + list(grads) if isinstance(a, np.ndarray)]
+        before = [a.tobytes() for a in arrays]
+        count += 1
+        wrong = refusal_failures(expect, act)
+        if not wrong and [a.tobytes() for a in arrays] != before:
+            wrong = [f"{expect}: refused but a caller buffer changed"]
+        failures += wrong
+    if failures:
+        return "fail", f"{len(failures)} of {count} refusals wrong: " + "; ".join(failures)
+    return "pass", f"{count} refusals raised by name, every caller buffer untouched"
+
+
 def refusal_failures(expect: str, act) -> list[str]:
     """[] when act() raises a Refusal for option `expect` (compared whole, not as a substring
     of the message), else what went wrong."""
