@@ -110,8 +110,8 @@ def _flat(arrays) -> np.ndarray:
 
 def trajectory(cfg: Config, params0, grads, backend: str, *, layout: str = "list",
                resume_at: int | None = None, drop_flags: bool = False) -> list[tuple[str, np.ndarray]]:
-    """Run `cfg` and return its outputs. layout: "list" (separate arrays: packed) or "arena"
-    (views of one buffer: borrowed). resume_at: state_dict after that many steps, saved to
+    """Run `cfg` and return its outputs. layout: "list" (separate arrays: updated where they
+    lie on backends whose kernels take pieces, else packed) or "arena" (views of one buffer). resume_at: state_dict after that many steps, saved to
     .npz, loaded into a fresh optimizer that finishes the run."""
     if layout == "arena":
         arena = _flat(params0)
@@ -172,7 +172,8 @@ def clause_invariance(k) -> tuple[str, str]:
         a = trajectory(case.config, case.params, case.grads, k.backend, layout="list")
         b = trajectory(case.config, case.params, case.grads, k.backend, layout="arena")
         ok &= _same(a, b)
-        notes.append(f"{cid}: list (packed) {'==' if _same(a, b) else '!='} arena (borrowed)")
+        how = "pieces" if getattr(k, "takes_pieces", False) else "packed"
+        notes.append(f"{cid}: separate arrays ({how}) {'==' if _same(a, b) else '!='} arena views")
     if not hasattr(k, "set_num_threads"):
         notes.append(f"{k.backend} has no host thread count")
         return ("pass" if ok else "fail"), "; ".join(notes)
