@@ -20,13 +20,11 @@ True
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import zipfile
 
 import numpy as np
 
-from ._optim_state import _member, _path
+from ._optim_state import _path, read_members, write_npz
 from .refusals import Refusal, refuse
 
 _KINDS = (np.dtype("<f4"), np.dtype("<i8"))
@@ -40,20 +38,7 @@ def write(entry: str, path, meta: dict, arrays: dict[str, np.ndarray]) -> str:
         if name == "meta" or not isinstance(a, np.ndarray) or a.dtype not in _KINDS:
             raise TypeError(f"{entry}: checkpoint member {name!r} must be a float32 or int64 array")
         members[name] = np.ascontiguousarray(a)
-    folder = os.path.dirname(os.path.abspath(p))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".mojolike-train-", suffix=".npz")
-    except OSError as err:
-        refuse(entry, "path", f"cannot be written ({err})", value=path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **members)
-        os.replace(tmp, p)
-    except BaseException as err:
-        os.unlink(tmp)
-        if isinstance(err, OSError):
-            refuse(entry, "path", f"cannot be written ({err})", value=path)
-        raise
+    write_npz(entry, p, members, path, prefix=".mojolike-train-")
     return p
 
 
@@ -62,11 +47,7 @@ def read(entry: str, path) -> tuple[dict, dict[str, np.ndarray]]:
     p = _path(entry, path)
     try:
         with zipfile.ZipFile(p) as z:
-            members = {}
-            for info in z.infolist():
-                if not info.filename.endswith(".npy"):
-                    raise ValueError(f"holds {info.filename!r}, which is not a .npy member")
-                members[info.filename[:-4]] = _member(z, info)
+            members = read_members(z)
         text = members.pop("meta", None)
         if text is None or text.shape != () or text.dtype.kind != "U":
             raise ValueError("has no 'meta' text")

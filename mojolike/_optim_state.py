@@ -151,18 +151,24 @@ def save_state(path, state, **unknown) -> None:
     checks.keywords(e, unknown, ("path", "state"))
     p = _path(e, path)
     arrays = _check_saved(e, state)
+    write_npz(e, p, arrays, path, prefix=".mojolike-state-")
+
+
+def write_npz(entry: str, p: str, members: dict, path, *, prefix: str) -> None:
+    """np.savez of `members` to the checked path p, through a temporary file beside it renamed
+    over p, so the file is whole or absent; an OS error is refused as option `path`."""
     folder = os.path.dirname(os.path.abspath(p))
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".mojolike-state-", suffix=".npz")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".npz")
     except OSError as err:
-        refuse(e, "path", f"cannot be written ({err})", value=path)
+        refuse(entry, "path", f"cannot be written ({err})", value=path)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, **members)
         os.replace(tmp, p)
     except OSError as err:
         os.unlink(tmp)
-        refuse(e, "path", f"cannot be written ({err})", value=path)
+        refuse(entry, "path", f"cannot be written ({err})", value=path)
     except BaseException:
         os.unlink(tmp)
         raise
@@ -196,12 +202,18 @@ def _member(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
     return a.reshape(shape, order="F" if fortran else "C").copy()
 
 
-def _read(z: zipfile.ZipFile) -> dict:
+def read_members(z: zipfile.ZipFile) -> dict[str, np.ndarray]:
+    """Every .npy member of an archive by name, each header checked before allocating."""
     members = {}
     for info in z.infolist():
         if not info.filename.endswith(".npy"):
             raise ValueError(f"holds {info.filename!r}, which is not a .npy member")
         members[info.filename[:-4]] = _member(z, info)
+    return members
+
+
+def _read(z: zipfile.ZipFile) -> dict:
+    members = read_members(z)
     for key in ("kind", "t"):
         if key not in members or members[key].shape != ():
             raise ValueError(f"has no scalar {key!r}")
