@@ -143,6 +143,18 @@ def _pairwise(p):
     return p[0]
 
 
+@njit(**_INLINE)
+def chunk_starts(offsets):
+    """starts[s]: the index of segment s's first chunk among all segments' chunks (nseg + 1
+    entries; the last is the number of chunks)."""
+    nseg = offsets.size - 1
+    starts = np.empty(nseg + 1, np.int64)
+    starts[0] = 0
+    for s in range(nseg):
+        starts[s + 1] = starts[s] + (offsets[s + 1] - offsets[s] + CHUNK - 1) // CHUNK
+    return starts
+
+
 @njit(void(I64, I64, float32[::1]), parallel=True, **_STRICT)
 def _segment_sumsq(addrs, offsets, out):
     """out[s] = sumsq of the segment of offsets[s+1] - offsets[s] floats at addrs[s].
@@ -151,10 +163,7 @@ def _segment_sumsq(addrs, offsets, out):
     straddle segments), then each segment's pairwise tree over its own partials.
     """
     nseg = addrs.size
-    starts = np.empty(nseg + 1, np.int64)  # starts[s]: the index of segment s's first chunk
-    starts[0] = 0
-    for s in range(nseg):
-        starts[s + 1] = starts[s] + (offsets[s + 1] - offsets[s] + CHUNK - 1) // CHUNK
+    starts = chunk_starts(offsets)
     nchunks = starts[nseg]
     partials = np.empty(nchunks, np.float32)
     for g in prange((nchunks + GROUP - 1) // GROUP):

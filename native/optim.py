@@ -301,10 +301,7 @@ def _segment_sums(addrs, offsets, squares, sums, sumsqs):
     identity the tree pads with.
     """
     nseg = addrs.size
-    starts = np.empty(nseg + 1, np.int64)  # starts[s]: the index of segment s's first chunk
-    starts[0] = 0
-    for s in range(nseg):
-        starts[s + 1] = starts[s] + (offsets[s + 1] - offsets[s] + CHUNK - 1) // CHUNK
+    starts = fold.chunk_starts(offsets)
     nchunks = starts[nseg]
     partials = np.empty(nchunks, np.float32)
     partials2 = np.empty(nchunks if squares else 0, np.float32)
