@@ -48,6 +48,7 @@ import tracemalloc
 
 import numpy as np
 from fold import OtherLoad, best_of_each, cpu_model, numba_target, run_targets
+from layers import set_threads as layers_set_threads
 
 DECAY = ("fc1.weight", "fc2.weight", "head.weight")
 LR, BETAS, EPS, WD = 3e-3, (0.9, 0.999), 1e-8, 0.1
@@ -473,19 +474,11 @@ def profile(setup: Setup, names: list[str], args) -> None:
 
 
 def set_threads(n: int | None, names: list[str]) -> str:
-    import numba
-    import torch
-
+    """benchmarks/layers.py's set_threads, with cpu-cffi's layers kernels when it is timed."""
     from mojolike import registry
     cffi = registry.kernels("benchmark", "layers", "cpu-cffi", "identical") if "cpu-cffi" in names \
         else None
-    if n:
-        torch.set_num_threads(n)
-        numba.set_num_threads(n)
-        if cffi is not None:
-            cffi.set_num_threads(n)
-    return f"threads: torch {torch.get_num_threads()}, numba {numba.get_num_threads()}" + (
-        f", cpu-cffi {cffi.get_num_threads()}" if cffi is not None else "")
+    return layers_set_threads(n, cffi)
 
 
 def main() -> None:
