@@ -194,6 +194,17 @@ void mj_add(const float *a, const float *b, float *out, int64_t n) {
    folds the whole segment (a chunk's partial depends on that chunk alone); a group is below
    MJ_PARALLEL_MIN, so mj_dot_partials runs it on the calling thread. */
 #define MJ_SEG_GROUP 8
+
+/* The floats of segment s that its chunks [c, stop) cover: *x is the first, the count returned. */
+static inline int64_t mj_segment_span(const int64_t *X, const int64_t *offsets,
+                                      const int64_t *starts, int64_t s, int64_t c, int64_t stop,
+                                      const float **x) {
+    int64_t first = (c - starts[s]) * MJ_CHUNK;
+    int64_t len = offsets[s + 1] - offsets[s];
+    int64_t last = (stop - starts[s]) * MJ_CHUNK < len ? (stop - starts[s]) * MJ_CHUNK : len;
+    *x = MJ_AT(X, s) + first;
+    return last - first;
+}
 void mj_segment_sumsq_table(const int64_t *X, const int64_t *offsets, const int64_t *starts,
                             int64_t nseg, float *partials, float *out) {
     int64_t nchunks = starts[nseg];
@@ -205,11 +216,9 @@ void mj_segment_sumsq_table(const int64_t *X, const int64_t *offsets, const int6
         for (int64_t s = mj_tensor_of(starts, nseg, c); c < c_end; s++) {
             int64_t stop = starts[s + 1] < c_end ? starts[s + 1] : c_end;
             if (stop > c) {
-                int64_t first = (c - starts[s]) * MJ_CHUNK;
-                int64_t len = offsets[s + 1] - offsets[s];
-                int64_t last = (stop - starts[s]) * MJ_CHUNK < len ? (stop - starts[s]) * MJ_CHUNK : len;
-                const float *x = MJ_AT(X, s) + first;
-                mj_dot_partials(x, x, last - first, partials + c);
+                const float *x;
+                int64_t n = mj_segment_span(X, offsets, starts, s, c, stop, &x);
+                mj_dot_partials(x, x, n, partials + c);
             }
             c = stop;
         }
@@ -269,14 +278,12 @@ void mj_segment_sums_table(const int64_t *X, const int64_t *offsets, const int64
         for (int64_t s = mj_tensor_of(starts, nseg, c); c < c_end; s++) {
             int64_t stop = starts[s + 1] < c_end ? starts[s + 1] : c_end;
             if (stop > c) {
-                int64_t first = (c - starts[s]) * MJ_CHUNK;
-                int64_t len = offsets[s + 1] - offsets[s];
-                int64_t last = (stop - starts[s]) * MJ_CHUNK < len ? (stop - starts[s]) * MJ_CHUNK : len;
-                const float *x = MJ_AT(X, s) + first;
+                const float *x;
+                int64_t n = mj_segment_span(X, offsets, starts, s, c, stop, &x);
                 if (squares)
-                    mj_fold_sumsq_partials(x, last - first, partials + c, partials2 + c);
+                    mj_fold_sumsq_partials(x, n, partials + c, partials2 + c);
                 else
-                    mj_fold_partials(x, last - first, partials + c);
+                    mj_fold_partials(x, n, partials + c);
             }
             c = stop;
         }
