@@ -55,7 +55,7 @@ def test_the_optim_suite_reports_invariance_resume_and_refusal_clauses(all_runs)
     for backend in BACKENDS:
         clauses = all_runs[("optim", backend)].clauses
         assert set(clauses) == {"a", "b", "c", "d", "f"}
-        assert "arena (borrowed)" in clauses["c"].detail and "control" in clauses["d"].detail
+        assert "== arena views" in clauses["c"].detail and "control" in clauses["d"].detail
     assert "1 thread == 2 threads" in all_runs[("optim", "cpu-numba")].clauses["c"].detail
 
 
