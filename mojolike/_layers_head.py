@@ -2,22 +2,31 @@
 
 Bit for bit the unfused composition `cross_entropy(linear(h, w), t, ...,
 return_grad=True)` followed by `linear_backward` (contracts/layers.md), for every
-vocabulary chunk size that is a multiple of 1024. The vocabulary is walked chunk
-by chunk three times, each time recomputing the chunk's logits with the same GEMM
-(so with the same bits): (1) every row's max and target logit; (2) the sum S of
-expf(z - max); (3) with label smoothing the sum of L - d, and with the gradient
-dlogits = (e/S - q) g for the chunk, which feeds d_hidden and the chunk's rows of
-d_weight at once. The sums over the vocabulary are the fold's: a chunk brings the
-fold's own 1024-element chunk partials, and the pairwise tree over all of them is
-carried online by `_PairwiseCounter` (a binary counter: O(log chunks) partials).
-Elementwise steps are numpy float32 operations (one IEEE rounding each, the same
-on every machine); expf and logf are the correctly rounded functions of the
-chosen backend; the GEMMs are the layers kernels.
+vocabulary chunk size that is a multiple of 1024. Every output cell is its own fold,
+so the order in which cells are computed does not matter, only that each cell's
+fold is whole; a recomputed logit is the same GEMM cell, so the same bits. Two ways
+through the vocabulary, chosen by the memory budget of rows x chunk floats:
 
-Memory: at most three rows x chunk buffers (the chunk's logits, its exponentials
-turned in place into the gradient, the gradient transposed for d_weight), the
-counter's partials of d_hidden (rows x width floats per level, at most
-log2(vocab / 1024) + 1 levels) and the outputs; never rows x vocab.
+- row blocks (when a block of at least MIN_BLOCK_ROWS rows can hold all its logits):
+  per block, the logits, the max, S = fold expf(z - max), the smoothing sum, the
+  loss and d_hidden (one GEMM over the whole vocabulary, against the weight's
+  transpose kept in d_weight's buffer until d_weight is written); then one walk
+  over vocabulary chunks recomputes the logits for d_weight, whose fold runs over
+  all rows. Two logits GEMMs.
+- vocabulary chunks (small batches): three walks, recomputing each chunk's logits:
+  (1) the row max and target logit; (2) S; (3) the smoothing sum and the gradient.
+  A chunk brings the fold's own 1024-element chunk partials, and the pairwise tree
+  over them is carried online by `_PairwiseCounter` (a binary counter: O(log
+  chunks) partials). Three logits GEMMs.
+
+Elementwise steps are numpy float32 operations (one IEEE rounding each, the same on
+every machine); expf and logf are the correctly rounded functions of the chosen
+backend; the GEMMs are the layers kernels.
+
+Memory: at most three rows x chunk buffers (logits, exponentials turned in place into
+the gradient, the gradient transposed for d_weight), the hidden rows transposed, the
+counter's partials of d_hidden in the vocabulary-chunk way (rows x width floats per
+level, at most log2(vocab / 1024) + 1 levels) and the outputs; never rows x vocab.
 """
 from __future__ import annotations
 
@@ -36,6 +45,7 @@ from .oracles.fold import CHUNK
 from .refusals import refuse
 
 ENTRY = "mojolike.chunked_lm_head_loss"
+MIN_BLOCK_ROWS = 32  # fewer rows per block would stream the weight too often for its GEMM
 _OPTIONS = ("hidden", "weight", "targets", "ignore_index", "reduction", "num_items",
             "return_grad", "label_smoothing", "chunk_size", "backend", "numeric_mode")
 
@@ -109,70 +119,17 @@ def chunked_lm_head_loss(hidden, weight, targets, ignore_index=-100, reduction="
     kept = t != ignore_index
     count = int(num_items) if num_items is not None else int(np.count_nonzero(kept))
     s = loss_spec.host_scalars(ls, vocab, reduction, count)
-    chunks = [(c0, min(c0 + size, vocab)) for c0 in range(0, vocab, size)]
 
-    def logits(c0: int, c1: int) -> np.ndarray:
-        z = np.empty((rows, c1 - c0), np.float32)
-        k.gemm_nt(h, w[c0:c1], _NONE, False, z)
-        return z
-
-    # pass 1: the row max and the target's logit; non-finite logits are refused here, before any
-    # output exists (cross_entropy refuses them too)
-    mx = np.full(rows, -np.inf, np.float32)
-    zt = np.zeros(rows, np.float32)
-    for c0, c1 in chunks:
-        z = logits(c0, c1)
-        if not (np.isfinite(z.min()) and np.isfinite(z.max())):
-            i, j = (int(v) for v in np.argwhere(~np.isfinite(z))[0])
-            refuse(e, "hidden", f"and weight give a non-finite logit ({z[i, j]} at row {i}, class "
-                                f"{c0 + j}); inf and NaN logits are not covered")
-        np.maximum(mx, z.max(axis=1), out=mx)
-        inside = kept & (t >= c0) & (t < c1)
-        zt[inside] = z[inside, t[inside] - c0]
-
-    def shifted(c0: int, c1: int) -> np.ndarray:
-        z = logits(c0, c1)
-        with np.errstate(over="ignore"):
-            return np.subtract(z, mx[:, None], out=z)  # d = z - max, one rounding
-
-    # pass 2: S = fold_j expf(d_j) per row, chunk partials pushed through the pairwise counter
-    sums = _PairwiseCounter()
-    for c0, c1 in chunks:
-        ex = expf(shifted(c0, c1), **on)
-        _push_row_chunks(k, ex, sums)
-        del ex
-    big_s = sums.finish()
-    big_l = logf(big_s, **on)
-    with np.errstate(over="ignore", invalid="ignore"):
-        nll = np.subtract(big_l, np.subtract(zt, mx))  # L - d_t, d_t = z_t - max
     want_grad = checks.switch(e, "return_grad", return_grad)
-    # pass 3: the smoothing sum fold_j (L - d_j), and the gradient with its contractions
-    smooth = _PairwiseCounter() if s.smoothing else None
-    dh_parts = _PairwiseCounter() if want_grad else None
-    dw = np.empty((vocab, width), np.float32) if want_grad else None
-    if smooth is not None or want_grad:
-        ht = _t(h) if want_grad else None
-        for c0, c1 in chunks:
-            d = shifted(c0, c1)
-            ex = expf(d, **on) if want_grad else None
-            if smooth is not None:
-                with np.errstate(over="ignore", invalid="ignore"):
-                    np.subtract(big_l[:, None], d, out=d)  # L - d_j, in place: d is done
-                _push_row_chunks(k, d, smooth)
-            del d
-            if want_grad:
-                dz = _gradient(ex, big_s, t, kept, c0, c1, s)  # in place of ex
-                parts = np.empty(((c1 - c0 + CHUNK - 1) // CHUNK, rows, width), np.float32)
-                k.gemm_nt_chunks(dz, _t(w[c0:c1]), parts)  # d_hidden's fold over the vocabulary
-                for p in parts:
-                    dh_parts.push(p)
-                dzt = _t(dz)
-                del dz, ex
-                k.gemm_nt(dzt, ht, _NONE, False, dw[c0:c1])  # complete over the rows
-                del dzt
-    if smooth is not None:
-        a = smooth.finish()
-        loss_rows = np.add(np.multiply(np.float32(s.c1), nll), np.multiply(np.float32(s.c2), a))
+    run = _Run(e, k, h, w, t, kept, s, want_grad, size)
+    block = rows * size // vocab  # rows whose logits fit the rows x chunk budget
+    if block >= min(MIN_BLOCK_ROWS, rows):  # a block this small, or all rows in one block
+        nll, smooth_sum, dh, dw = run.by_row_blocks(min(block, rows))
+    else:
+        nll, smooth_sum, dh, dw = run.by_vocab_chunks()
+    if smooth_sum is not None:
+        loss_rows = np.add(np.multiply(np.float32(s.c1), nll),
+                           np.multiply(np.float32(s.c2), smooth_sum))
     else:
         loss_rows = nll
     loss_rows = np.where(kept, loss_rows, np.float32(0.0)).astype(np.float32)
@@ -183,7 +140,160 @@ def chunked_lm_head_loss(hidden, weight, targets, ignore_index=-100, reduction="
         total = f32.div(total, f32.round_fraction(Fraction(count)))
     if not want_grad:
         return total
-    return total, dh_parts.finish(), dw
+    return total, dh, dw
+
+
+class _Run:
+    """One call's two ways through the vocabulary; both give every cell's own fold, so the
+    same bits (tests/test_layers.py runs both on the same inputs)."""
+
+    def __init__(self, entry, k, h, w, t, kept, s, want_grad, size):
+        self.e, self.k, self.h, self.w, self.t, self.kept, self.s = entry, k, h, w, t, kept, s
+        self.want_grad, self.size = want_grad, size
+        self.on = dict(backend=k.backend, numeric_mode=k.numeric_mode)
+        self.rows, self.width = h.shape
+        self.vocab = w.shape[0]
+        self.chunks = [(c0, min(c0 + size, self.vocab)) for c0 in range(0, self.vocab, size)]
+
+    def logits(self, h: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        z = np.empty((h.shape[0], c1 - c0), np.float32)
+        self.k.gemm_nt(h, self.w[c0:c1], _NONE, False, z)
+        return z
+
+    def refuse_non_finite(self) -> None:
+        """Name the first non-finite logit in chunk order, whichever way found one."""
+        for c0, c1 in self.chunks:
+            z = self.logits(self.h, c0, c1)
+            if not (np.isfinite(z.min()) and np.isfinite(z.max())):
+                i, j = (int(v) for v in np.argwhere(~np.isfinite(z))[0])
+                refuse(self.e, "hidden", f"and weight give a non-finite logit ({z[i, j]} at row {i}, "
+                                         f"class {c0 + j}); inf and NaN logits are not covered")
+
+    def by_row_blocks(self, block: int):
+        """Blocks of `block` rows with all their logits at once (block x vocab <= rows x chunk):
+        the max, S, the smoothing sum, the loss and d_hidden (whose fold over the vocabulary
+        is then one GEMM), then one walk over vocabulary chunks for d_weight, whose fold runs
+        over all rows. Two logits GEMMs instead of three; the weight's transpose lives in
+        d_weight's buffer until d_weight is written."""
+        rows, vocab, t, kept, s = self.rows, self.vocab, self.t, self.kept, self.s
+        mx = np.empty(rows, np.float32)
+        big_s = np.empty(rows, np.float32)
+        nll = np.empty(rows, np.float32)
+        smooth_sum = np.empty(rows, np.float32) if s.smoothing else None
+        dh = dw = wt = None
+        if self.want_grad:
+            dh = np.empty((rows, self.width), np.float32)
+            dw = np.empty((vocab, self.width), np.float32)
+            wt = _t(self.w, out=dw)
+        for i0 in range(0, rows, block):
+            i1 = min(i0 + block, rows)
+            z = self.logits(self.h[i0:i1], 0, vocab)
+            if not (np.isfinite(z.min()) and np.isfinite(z.max())):
+                self.refuse_non_finite()
+            m = mx[i0:i1] = z.max(axis=1)
+            kb, tb = kept[i0:i1], t[i0:i1]
+            zt = np.zeros(i1 - i0, np.float32)
+            zt[kb] = z[kb, tb[kb]]
+            with np.errstate(over="ignore"):
+                d = np.subtract(z, m[:, None], out=z)  # d = z - max, one rounding
+            ex = expf(d, **self.on)
+            big_s[i0:i1] = _row_folds(self.k, ex)
+            big_l = logf(big_s[i0:i1], **self.on)
+            with np.errstate(over="ignore", invalid="ignore"):
+                nll[i0:i1] = np.subtract(big_l, np.subtract(zt, m))  # L - d_t
+                if smooth_sum is not None:
+                    np.subtract(big_l[:, None], d, out=d)  # L - d_j, in place: d is done
+            if smooth_sum is not None:
+                smooth_sum[i0:i1] = _row_folds(self.k, d)
+            del z, d
+            if self.want_grad:
+                dz = _gradient(ex, big_s[i0:i1], tb, kb, 0, vocab, s)  # in place of ex
+                self.k.gemm_nt(dz, wt, _NONE, False, dh[i0:i1])  # complete over the vocabulary
+            del ex
+        if self.want_grad:
+            del wt  # d_weight's buffer is overwritten from here on
+            self.weight_gradient(mx, big_s, dw)
+        return nll, smooth_sum, dh, dw
+
+    def weight_gradient(self, mx, big_s, dw) -> None:
+        """d_weight chunk by chunk of the vocabulary: each row of it folds over all rows."""
+        ht = _t(self.h)
+        for c0, c1 in self.chunks:
+            with np.errstate(over="ignore"):
+                d = np.subtract(self.logits(self.h, c0, c1), mx[:, None])
+            dz = _gradient(expf(d, **self.on), big_s, self.t, self.kept, c0, c1, self.s)
+            del d
+            dzt = _t(dz)
+            del dz
+            self.k.gemm_nt(dzt, ht, _NONE, False, dw[c0:c1])  # complete over the rows
+            del dzt
+
+    def by_vocab_chunks(self):
+        """Three walks over vocabulary chunks, for batches too small for whole-vocabulary row
+        blocks: (1) the max and target logits, (2) S, (3) the smoothing sum and the gradient,
+        d_hidden's fold over the vocabulary carried by the pairwise counter."""
+        k, h, t, kept, s, on = self.k, self.h, self.t, self.kept, self.s, self.on
+        rows = self.rows
+        # pass 1: non-finite logits are refused here, before any output exists
+        mx = np.full(rows, -np.inf, np.float32)
+        zt = np.zeros(rows, np.float32)
+        for c0, c1 in self.chunks:
+            z = self.logits(h, c0, c1)
+            if not (np.isfinite(z.min()) and np.isfinite(z.max())):
+                self.refuse_non_finite()
+            np.maximum(mx, z.max(axis=1), out=mx)
+            inside = kept & (t >= c0) & (t < c1)
+            zt[inside] = z[inside, t[inside] - c0]
+
+        def shifted(c0: int, c1: int) -> np.ndarray:
+            z = self.logits(h, c0, c1)
+            with np.errstate(over="ignore"):
+                return np.subtract(z, mx[:, None], out=z)  # d = z - max, one rounding
+
+        # pass 2: S = fold_j expf(d_j) per row, chunk partials pushed through the pairwise counter
+        sums = _PairwiseCounter()
+        for c0, c1 in self.chunks:
+            ex = expf(shifted(c0, c1), **on)
+            _push_row_chunks(k, ex, sums)
+            del ex
+        big_s = sums.finish()
+        big_l = logf(big_s, **on)
+        with np.errstate(over="ignore", invalid="ignore"):
+            nll = np.subtract(big_l, np.subtract(zt, mx))  # L - d_t, d_t = z_t - max
+        # pass 3: the smoothing sum fold_j (L - d_j), and the gradient with its contractions
+        smooth = _PairwiseCounter() if s.smoothing else None
+        dh_parts = _PairwiseCounter() if self.want_grad else None
+        dw = np.empty((self.vocab, self.width), np.float32) if self.want_grad else None
+        if smooth is not None or self.want_grad:
+            ht = _t(h) if self.want_grad else None
+            for c0, c1 in self.chunks:
+                d = shifted(c0, c1)
+                ex = expf(d, **on) if self.want_grad else None
+                if smooth is not None:
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        np.subtract(big_l[:, None], d, out=d)  # L - d_j, in place: d is done
+                    _push_row_chunks(k, d, smooth)
+                del d
+                if self.want_grad:
+                    dz = _gradient(ex, big_s, t, kept, c0, c1, s)  # in place of ex
+                    parts = np.empty(((c1 - c0 + CHUNK - 1) // CHUNK, rows, self.width), np.float32)
+                    k.gemm_nt_chunks(dz, _t(self.w[c0:c1]), parts)  # d_hidden's vocabulary fold
+                    for p in parts:
+                        dh_parts.push(p)
+                    dzt = _t(dz)
+                    del dz, ex
+                    k.gemm_nt(dzt, ht, _NONE, False, dw[c0:c1])  # complete over the rows
+                    del dzt
+        smooth_sum = smooth.finish() if smooth is not None else None
+        dh = dh_parts.finish() if self.want_grad else None
+        return nll, smooth_sum, dh, dw
+
+
+def _row_folds(k, a: np.ndarray) -> np.ndarray:
+    """fold of every row of a: the fold's chunk partials, then the pairwise tree over them."""
+    counter = _PairwiseCounter()
+    _push_row_chunks(k, a, counter)
+    return counter.finish()
 
 
 def _push_row_chunks(k, a: np.ndarray, counter: _PairwiseCounter) -> None:

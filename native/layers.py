@@ -7,8 +7,8 @@ products (lane l of chunk c holds k = 1024c + 32t + l), so a tile of cells keeps
 16 lanes of each cell in one `simd.Vec` accumulator per pass (two passes a chunk)
 and shares its loads: 4 rows of a by 6 rows of b with 32 vector registers, 1 x 6
 with fewer (`_target_tile`). The butterfly follows in registers, then the pairwise
-tree over chunks, per cell. Blocks of rows keep a's rows in L2 and a group of six
-rows of b in L1 (the layout of native/c/layers.c); threads claim whole blocks, so
+tree over chunks, per cell. A block's rows of a for one chunk stay in L2 and a
+group of six rows of b in L1 (the layout of native/c/layers.c); threads claim whole blocks, so
 neither the thread count nor the other rows reach a cell's arithmetic.
 
 `col_fold(a, b)` folds each column over the rows (lane = row mod 32 within a
@@ -100,7 +100,7 @@ def _target_tile() -> tuple[int, int]:
 
 TILE_ROWS, TILE_GROUP = _target_tile()  # frozen into the kernel; the target is in numba's cache key
 TILE_COLS = 6  # rows of b a tile meets: their chunk stays in L1 while the rows of a pass by
-A_BLOCK_FLOATS = 128 << 10  # rows of a per block: 512 KiB of them stay in L2
+A_BLOCK_FLOATS = 128 << 10  # rows of a per block: 512 KiB of one chunk of them stay in L2
 B_BLOCK_ROWS = 66  # rows of b per block (a multiple of TILE_COLS); blocks are the parallel work
 _PAD_A = (0, 32, 64, 96)  # row offsets in the padded copies of a short last step
 _PAD_B = (0, 32, 64, 96, 128, 160)
@@ -182,7 +182,8 @@ def _pad(dst, o, src, start, count, pad):
 
 
 @njit(inline="always", **_STRICT)
-def _put(out, part, cells, i, j0, cols, ch, m, n, nchunks, i_lo, bias, has_bias, chunk_partials):
+def _put(out, part, cells, i, j0, cols, ch, m, n, nchunks, i_lo, j_lo, bias, has_bias,
+         chunk_partials):
     """Where the chunk partials of cells (i, j0 .. j0 + cols) go: the output (+ bias) for one
     chunk, the chunk-partial output, or `part` for the pairwise tree after the last chunk."""
     for c in range(cols):
@@ -192,30 +193,31 @@ def _put(out, part, cells, i, j0, cols, ch, m, n, nchunks, i_lo, bias, has_bias,
         elif nchunks == 1:
             out[i * n + j0 + c] = v + bias[j0 + c] if has_bias else v
         else:
-            part[((i - i_lo) * TILE_COLS + c) * nchunks + ch] = v
+            part[((i - i_lo) * B_BLOCK_ROWS + j0 - j_lo + c) * nchunks + ch] = v
 
 
 @njit(**_STRICT)
 def _gemm_block(a, b, m, n, kk, i_lo, i_hi, j_lo, j_hi, bias, has_bias, chunk_partials, out,
                 pa, pb, part):
-    """Rows [i_lo, i_hi) of a by rows [j_lo, j_hi) of b. For each group of six rows of b (its
-    chunk kept in L1), each chunk, the block's rows of a (kept in L2) pass by, TILE_ROWS at
-    a time, then one at a time. A group past the last row of b holds copies of it (computed,
-    not stored). A short last step comes from copies padded with -0.0 (a) and +0.0 (b): a
-    padded product is -0.0, which leaves its lane as it was."""
+    """Rows [i_lo, i_hi) of a by rows [j_lo, j_hi) of b, chunk by chunk of K: the block's
+    rows of a for one chunk stay in L2; for each group of six rows of b (their chunk kept
+    in L1) they pass by, TILE_ROWS at a time, then one at a time. The cells' chunk partials
+    wait in `part` for the pairwise tree after the last chunk. A group past the last row of
+    b holds copies of it (computed, not stored). A short last step comes from copies padded
+    with -0.0 (a) and +0.0 (b): a padded product is -0.0, which leaves its lane as it was."""
     nchunks = (kk + 1023) // 1024
     z = vsplat(NEG_ZERO)
     z6 = (z, z, z, z, z, z)
-    for j0 in range(j_lo, j_hi, TILE_COLS):
-        cols = min(TILE_COLS, j_hi - j0)
-        r = (min(j0, j_hi - 1) * kk, min(j0 + 1, j_hi - 1) * kk, min(j0 + 2, j_hi - 1) * kk,
-             min(j0 + 3, j_hi - 1) * kk, min(j0 + 4, j_hi - 1) * kk, min(j0 + 5, j_hi - 1) * kk)
-        for ch in range(nchunks):
-            base = 1024 * ch
-            end = min(base + 1024, kk)
-            steps = (end - base) // 32
-            k0 = base + 32 * steps
-            tail = k0 < end
+    for ch in range(nchunks):
+        base = 1024 * ch
+        end = min(base + 1024, kk)
+        steps = (end - base) // 32
+        k0 = base + 32 * steps
+        tail = k0 < end
+        for j0 in range(j_lo, j_hi, TILE_COLS):
+            cols = min(TILE_COLS, j_hi - j0)
+            r = (min(j0, j_hi - 1) * kk, min(j0 + 1, j_hi - 1) * kk, min(j0 + 2, j_hi - 1) * kk,
+                 min(j0 + 3, j_hi - 1) * kk, min(j0 + 4, j_hi - 1) * kk, min(j0 + 5, j_hi - 1) * kk)
             rb = (r[0] + base, r[1] + base, r[2] + base, r[3] + base, r[4] + base, r[5] + base)
             if tail:
                 for c in range(TILE_COLS):
@@ -232,7 +234,7 @@ def _gemm_block(a, b, m, n, kk, i_lo, i_hi, j_lo, j_hi, bias, has_bias, chunk_pa
                     hi = _lanes_4x6(pa, pb, _PAD_A, _PAD_B, 1, 16, hi)
                 for i in range(4):
                     _put(out, part, _fly6(lo[i], hi[i]), i0 + i, j0, cols, ch, m, n, nchunks, i_lo,
-                         bias, has_bias, chunk_partials)
+                         j_lo, bias, has_bias, chunk_partials)
                 i0 += 4
             for i in range(i0, i_hi):
                 ra1 = (i * kk + base,)
@@ -242,14 +244,14 @@ def _gemm_block(a, b, m, n, kk, i_lo, i_hi, j_lo, j_hi, bias, has_bias, chunk_pa
                     _pad(pa, 0, a, i * kk + k0, end - k0, NEG_ZERO)
                     lo1 = _lanes_1x6(pa, pb, _PAD_A, _PAD_B, 1, 0, lo1)
                     hi1 = _lanes_1x6(pa, pb, _PAD_A, _PAD_B, 1, 16, hi1)
-                _put(out, part, _fly6(lo1, hi1), i, j0, cols, ch, m, n, nchunks, i_lo, bias,
+                _put(out, part, _fly6(lo1, hi1), i, j0, cols, ch, m, n, nchunks, i_lo, j_lo, bias,
                      has_bias, chunk_partials)
-        if chunk_partials or nchunks == 1:
-            continue
-        for i in range(i_lo, i_hi):
-            for c in range(cols):
-                v = _pairwise_at(part, ((i - i_lo) * TILE_COLS + c) * nchunks, nchunks)
-                out[i * n + j0 + c] = v + bias[j0 + c] if has_bias else v
+    if chunk_partials or nchunks == 1:
+        return
+    for i in range(i_lo, i_hi):
+        for j in range(j_lo, j_hi):
+            v = _pairwise_at(part, ((i - i_lo) * B_BLOCK_ROWS + j - j_lo) * nchunks, nchunks)
+            out[i * n + j] = v + bias[j] if has_bias else v
 
 
 @njit(void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1), parallel=True, **_STRICT)
@@ -258,7 +260,7 @@ def _gemm_nt(a, b, m, n, kk, bias, has_bias, chunk_partials, out):
     partials before the pairwise tree (for sums that continue over several calls). Threads
     claim blocks until none is left, so one whose core is busy takes fewer."""
     nchunks = (kk + 1023) // 1024
-    mb = max(1, min(256 // TILE_ROWS, A_BLOCK_FLOATS // (kk * TILE_ROWS))) * TILE_ROWS
+    mb = max(1, min(256 // TILE_ROWS, A_BLOCK_FLOATS // (min(kk, 1024) * TILE_ROWS))) * TILE_ROWS
     nbi = (m + mb - 1) // mb
     nbj = (n + B_BLOCK_ROWS - 1) // B_BLOCK_ROWS
     nblocks = nbi * nbj
@@ -269,7 +271,7 @@ def _gemm_nt(a, b, m, n, kk, bias, has_bias, chunk_partials, out):
             continue
         pa = np.empty(32 * 4, np.float32)
         pb = np.empty(32 * TILE_COLS, np.float32)
-        part = np.empty(mb * TILE_COLS * nchunks if nchunks > 1 else 1, np.float32)
+        part = np.empty(mb * B_BLOCK_ROWS * nchunks if nchunks > 1 else 1, np.float32)
         while blk < nblocks:
             i_lo = blk // nbj * mb
             j_lo = blk % nbj * B_BLOCK_ROWS

@@ -11,6 +11,7 @@ from conftest import CPU_BACKENDS, assert_same_bits
 
 import mojolike
 from mojolike import Refusal
+from mojolike import _layers_head
 from mojolike._layers_head import _PairwiseCounter
 from mojolike.oracles.fold import pairwise
 
@@ -41,9 +42,17 @@ def test_a_row_gives_the_same_bits_at_every_batch_size(backend):
         assert_same_bits(mojolike.linear(x[i], w, backend=backend), full[i], f"row {i} alone, 1-D")
 
 
+@pytest.fixture(params=["row blocks", "vocabulary chunks"])
+def head_way(request, monkeypatch):
+    """Both ways through the vocabulary: whole-vocabulary row blocks (any block of at least
+    one row) or three walks over vocabulary chunks (never row blocks)."""
+    monkeypatch.setattr(_layers_head, "MIN_BLOCK_ROWS", 1 if request.param == "row blocks" else 1 << 60)
+    return request.param
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("size", [1024, 2048, 4096])
-def test_the_chunked_head_equals_the_unfused_composition(backend, size):
+def test_the_chunked_head_equals_the_unfused_composition(backend, size, head_way):
     h, w = data((6, 20), 3), data((5000, 20), 4)
     t = np.random.default_rng(5).integers(0, 5000, 6)
     t[2] = -100
@@ -75,6 +84,28 @@ def test_the_chunked_head_holds_about_three_row_by_chunk_buffers_beyond_its_outp
         extra = peak - dh.nbytes - dw.nbytes
         assert extra <= 3.5 * 64 * size * 4, (size, extra)  # contracts/layers.md clause 10
         assert extra < 64 * 16384 * 4  # less than the (rows, vocab) logits alone
+
+
+def test_the_chunked_head_by_row_blocks_stays_within_the_same_memory_and_bits():
+    h, w = data((256, 16), 16), data((8192, 16), 17)
+    t = np.random.default_rng(18).integers(0, 8192, 256)
+    size = 1024
+    assert 256 * size // 8192 >= _layers_head.MIN_BLOCK_ROWS  # this call takes row blocks
+    want = mojolike.cross_entropy(mojolike.linear(h, w), t, label_smoothing=0.1, return_grad=True)
+    mojolike.chunked_lm_head_loss(h, w, t, chunk_size=size, return_grad=True)  # compile first
+    tracemalloc.start()
+    try:
+        loss, dh, dw = mojolike.chunked_lm_head_loss(h, w, t, chunk_size=size, return_grad=True,
+                                                     label_smoothing=0.1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    extra = peak - dh.nbytes - dw.nbytes
+    assert extra <= 3.5 * 256 * size * 4, extra  # contracts/layers.md clause 10
+    dh_want, dw_want, _ = mojolike.linear_backward(want[1], h, w, bias=False)
+    assert_same_bits(loss, want[0], "loss")
+    assert_same_bits(dh, dh_want, "d_hidden")
+    assert_same_bits(dw, dw_want, "d_weight")
 
 
 @pytest.mark.parametrize("n", list(range(1, 70)))
@@ -137,7 +168,7 @@ def test_bad_layer_input_is_refused_by_option(call, option):
     assert e.value.option == option, str(e.value)
 
 
-def test_a_head_whose_logits_overflow_is_refused_like_cross_entropy():
+def test_a_head_whose_logits_overflow_is_refused_like_cross_entropy(head_way):
     h, w = np.full((2, 3), 1e30, np.float32), np.full((5, 3), 3e38, np.float32)
     with pytest.raises(Refusal) as e:
         mojolike.chunked_lm_head_loss(h, w, [0, 1], return_grad=True)

@@ -139,3 +139,16 @@ def test_gemm_bits_do_not_depend_on_the_thread_count(backend):
     finally:
         k.set_num_threads(before)
     assert_same_bits(seen[0], seen[1], f"{backend} gemm 1 vs 2 threads")
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.values[0] in ("cpu-numba", "cpu-cffi")])
+def test_a_gemm_of_many_blocks_and_chunks_gives_every_cell_its_dot(backend):
+    """Several blocks of rows of a and of b, three chunks of K with a short last step: each
+    cell's chunk partials wait for the pairwise tree in their block's own place."""
+    import mojolike
+    a, b, bias = data((260, 2100), 15), data((140, 2100), 16), data(140, 17)
+    out = np.empty((260, 140), np.float32)
+    k_of(backend).gemm_nt(a, b, bias, True, out)
+    want = np.float32([[np.float32(mojolike.dot(a[i], b[j], backend="cpu-numba")) + bias[j]
+                        for j in range(140)] for i in range(260)])
+    assert_same_bits(out, want, f"{backend} gemm 260 x 140 x 2100 against dot")

@@ -256,25 +256,25 @@ static void mj_ly_tile_chunk(mj_ly_tile_fn tile, int R, int C, const float *cons
 }
 
 /* The cells of rows [i_lo, i_hi) of `a` by rows [j_lo, j_hi) of `b`, into out (M, N), or
-   with chunks_out their chunk partials into out (nchunks, M, N). For each group of C rows
-   of `b` (kept in L1), each chunk, each group of R rows of `a` (the block's rows of `a`
-   stay in L2 for all its groups of `b`). The last group of `b` is completed with copies of
-   its last row (computed, not stored); the last rows of `a` come one at a time. part holds
-   the chunk partials of a group, (i_hi - i_lo) * C * nchunks floats, when K > 1024. */
+   with chunks_out their chunk partials into out (nchunks, M, N). Chunk by chunk of K (the
+   block's rows of `a` for one chunk stay in L2), each group of C rows of `b` (kept in L1),
+   each group of R rows of `a`. The last group of `b` is completed with copies of its last
+   row (computed, not stored); the last rows of `a` come one at a time. part holds the
+   block's chunk partials, (i_hi - i_lo) * nb * nchunks floats, when K > 1024. */
 static void mj_ly_gemm_block(const mj_ly_isa *T, const float *a, const float *b, int64_t m,
                              int64_t n, int64_t kk, int64_t i_lo, int64_t i_hi, int64_t j_lo,
-                             int64_t j_hi, const float *bias, int has_bias, int chunks_out,
-                             float *part, float *out) {
+                             int64_t j_hi, int64_t nb, const float *bias, int has_bias,
+                             int chunks_out, float *part, float *out) {
     const int R = T->rows, C = T->cols;
     int64_t nchunks = (kk + MJ_CHUNK - 1) / MJ_CHUNK;
     float s[MJ_LY_TILE_MAX * MJ_LANES];
     const float *pa[MJ_LY_TILE_MAX], *pb[MJ_LY_TILE_MAX];
     int rows = R;
-    for (int64_t j0 = j_lo; j0 < j_hi; j0 += C) {
-        for (int c = 0; c < C; c++)  /* past the last row: compute a copy, store nothing */
-            pb[c] = b + (j0 + c < j_hi ? j0 + c : j_hi - 1) * kk;
-        for (int64_t ch = 0; ch < nchunks; ch++) {
-            int64_t base = ch * MJ_CHUNK, end = base + MJ_CHUNK < kk ? base + MJ_CHUNK : kk;
+    for (int64_t ch = 0; ch < nchunks; ch++) {
+        int64_t base = ch * MJ_CHUNK, end = base + MJ_CHUNK < kk ? base + MJ_CHUNK : kk;
+        for (int64_t j0 = j_lo; j0 < j_hi; j0 += C) {
+            for (int c = 0; c < C; c++)  /* past the last row: compute a copy, store nothing */
+                pb[c] = b + (j0 + c < j_hi ? j0 + c : j_hi - 1) * kk;
             for (int64_t i0 = i_lo; i0 < i_hi; i0 += rows) {
                 int full = i_hi - i0 >= R;  /* else the last rows, one at a time */
                 rows = full ? R : 1;
@@ -290,19 +290,19 @@ static void mj_ly_gemm_block(const mj_ly_isa *T, const float *a, const float *b,
                             if (has_bias) v = v + bias[j];
                             out[i * n + j] = v;
                         } else {
-                            part[((i - i_lo) * C + c) * nchunks + ch] = v;
+                            part[((i - i_lo) * nb + (j - j_lo)) * nchunks + ch] = v;
                         }
                     }
             }
         }
-        if (chunks_out || nchunks == 1) continue;
-        for (int64_t i = i_lo; i < i_hi; i++)
-            for (int c = 0; c < C && j0 + c < j_hi; c++) {
-                float v = mj_pairwise(part + ((i - i_lo) * C + c) * nchunks, nchunks);
-                if (has_bias) v = v + bias[j0 + c];
-                out[i * n + j0 + c] = v;
-            }
     }
+    if (chunks_out || nchunks == 1) return;
+    for (int64_t i = i_lo; i < i_hi; i++)
+        for (int64_t j = j_lo; j < j_hi; j++) {
+            float v = mj_pairwise(part + ((i - i_lo) * nb + (j - j_lo)) * nchunks, nchunks);
+            if (has_bias) v = v + bias[j];
+            out[i * n + j] = v;
+        }
 }
 
 /* out (M, N) = the cells (+ bias); with chunks_out, out (nchunks, M, N) = their chunk
@@ -313,7 +313,8 @@ int64_t mj_gemm_nt(const float *a, const float *b, int64_t m, int64_t n, int64_t
     const mj_ly_isa *T = &mj_ly_isas[mj_layers_path(-1)];
     const int R = T->rows, C = T->cols;
     int64_t nchunks = (kk + MJ_CHUNK - 1) / MJ_CHUNK;
-    int64_t mb = MJ_LY_A_BLOCK_BYTES / ((int64_t)sizeof(float) * kk * R) * R;
+    int64_t span = kk < MJ_CHUNK ? kk : MJ_CHUNK;  /* the floats of a row one chunk reads */
+    int64_t mb = MJ_LY_A_BLOCK_BYTES / ((int64_t)sizeof(float) * span * R) * R;
     if (mb < R) mb = R;
     if (mb > 256) mb = 256 / R * R;
     int64_t nb = (MJ_LY_B_BLOCK_ROWS + C - 1) / C * C;
@@ -323,14 +324,15 @@ int64_t mj_gemm_nt(const float *a, const float *b, int64_t m, int64_t n, int64_t
     #pragma omp parallel if((double)m * (double)n * (double)kk >= 32.0 * MJ_PARALLEL_MIN) \
         reduction(|:failed)
     {
-        float *part = need_part ? malloc(sizeof(float) * mb * C * nchunks) : 0;
+        float *part = need_part ? malloc(sizeof(float) * mb * nb * nchunks) : 0;
         failed |= need_part && !part;
         #pragma omp for schedule(dynamic, 1)
         for (int64_t blk = 0; blk < nbi * nbj; blk++) {
             if (need_part && !part) continue;
             int64_t i_lo = blk / nbj * mb, j_lo = blk % nbj * nb;
             mj_ly_gemm_block(T, a, b, m, n, kk, i_lo, i_lo + mb < m ? i_lo + mb : m, j_lo,
-                             j_lo + nb < n ? j_lo + nb : n, bias, has_bias, chunks_out, part, out);
+                             j_lo + nb < n ? j_lo + nb : n, nb, bias, has_bias, chunks_out, part,
+                             out);
         }
         free(part);
     }
