@@ -219,8 +219,7 @@ def embedding_backward(dy, ids, num_embeddings, padding_idx=None, *, backend=Non
                         f"{np.shape(ids) + (g.shape[-1],)}")
     pad = _padding(e, padding_idx, num)
     k = _kernels(e, backend, numeric_mode)
-    out = checks.empty(e, "num_embeddings", (num, g.shape[-1]))
-    out[...] = np.float32(0.0)
+    out = checks.zeros(e, "num_embeddings", (num, g.shape[-1]))
     order = np.argsort(t, kind="stable").astype(np.int64)  # positions of one id stay ascending
     if pad is not None:
         order = order[t[order] != pad]  # the padding row gets no gradient

@@ -208,9 +208,19 @@ def shape(entry: str, name: str, v, *, itemsize: int = 4) -> tuple[tuple[int, ..
     return dims, n
 
 
+def zeros(entry: str, name: str, dims, dtype=np.float32) -> np.ndarray:
+    """np.zeros (+0.0; the system hands out zeroed pages as they are first touched), with an
+    allocation failure refused by name."""
+    return _allocate(np.zeros, entry, name, dims, dtype)
+
+
 def empty(entry: str, name: str, dims, dtype=np.float32) -> np.ndarray:
     """np.empty, with an allocation failure refused by name (nothing was written yet)."""
+    return _allocate(np.empty, entry, name, dims, dtype)
+
+
+def _allocate(make, entry: str, name: str, dims, dtype) -> np.ndarray:
     try:
-        return np.empty(dims, dtype)
+        return make(dims, dtype)
     except (MemoryError, ValueError) as e:
         refuse(entry, name, f"cannot be allocated ({type(e).__name__}: {e})", value=dims)

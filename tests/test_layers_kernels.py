@@ -92,6 +92,28 @@ def test_segment_fold_equals_the_oracle_and_leaves_other_rows(backend, case):
     assert (got[v] == 7.0).all()
 
 
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.values[0] in ("cpu-numba", "cpu-cffi")])
+def test_segments_of_1_to_40_positions_keep_signed_zeros_and_nan_as_the_oracle(backend):
+    """Segments of up to 32 positions leave most lanes at -0.0; what the butterfly makes of them
+    must be the full fold's bits, signed zeros and NaN included."""
+    counts = np.arange(1, 41)
+    ids = np.repeat(np.arange(counts.size), counts)
+    special = np.float32([-0.0, 0.0, np.nan, np.inf, -np.inf, 1e-45, -3e38])
+    dy = data((ids.size, 19), 10, scale=1e3)
+    pick = np.random.default_rng(11).integers(0, special.size + 4, dy.shape)
+    dy = np.where(pick < special.size, special[np.minimum(pick, special.size - 1)], dy).astype(np.float32)
+    dy[ids == 3] = -0.0  # a segment of -0.0 only
+    order = np.arange(ids.size, dtype=np.int64)
+    bounds = np.append(np.cumsum(np.append(0, counts))[:-1], ids.size).astype(np.int64)
+    rows = np.arange(counts.size, dtype=np.int64)
+    got = np.zeros((counts.size, 19), np.float32)
+    want = got.copy()
+    k_of(backend).segment_fold(dy, order, bounds, rows, got)
+    oracle().segment_fold(dy, order, bounds, rows, want)
+    assert_same_bits(got, want, f"{backend} segments of 1..40 positions")
+    assert np.signbit(got[3]).all()
+
+
 @pytest.mark.parametrize("backend,case", backend_case_params(BACKENDS, [(1, 1), (3, 31), (2, 33)],
                                                              [(2, 1025), (5, 3000), (4, 64)]))
 def test_rms_norm_forward_and_backward_equal_the_oracle(backend, case):
