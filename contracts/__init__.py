@@ -5,4 +5,5 @@ Each suite module (`fold`, ...) names its profile, builds its cases from
 negative controls; `harness` runs any suite on any backend.
 """
 
-SUITES = ("fold", "optim", "crmath", "loss", "schedule", "rng", "layers", "step", "train")
+SUITES = ("fold", "optim", "crmath", "loss", "schedule", "rng", "layers", "step", "train",
+          "distributed")

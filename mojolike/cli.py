@@ -19,6 +19,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -111,6 +112,14 @@ def _update_reference(suite, runs) -> tuple[bool, str]:
     return True, f"reference {path} updated: {n} records changed (md5 {first.card_md5}){old_note}"
 
 
+def _lacking(suite) -> str:
+    """Why a suite cannot run here ('' when it can): a module it needs that is not installed."""
+    need, extra = getattr(suite, "REQUIRES", (None, None))
+    if need is None or importlib.util.find_spec(need) is not None:
+        return ""
+    return f"{need} is not installed: pip install 'mojolike[{extra}]'"
+
+
 def certify(args) -> int:
     from .contracts import SUITES, harness
     names, skipped = _choose_backends(args.backend)
@@ -127,9 +136,16 @@ def certify(args) -> int:
                   else f"{b} (cannot run here: {info[b].reason})" for b in missing), file=sys.stderr)
         return 2
     out_dir = Path(args.out)
-    all_runs, notes, suite_clauses, written = [], [], {}, True
+    all_runs, notes, suite_clauses, written, not_run = [], [], {}, True, {}
     for sname in suites:
         suite = harness.suite_module(sname)
+        lacking = _lacking(suite)
+        if lacking:
+            if args.suite != "all":
+                print(f"mojolike certify: suite {sname} cannot run here: {lacking}", file=sys.stderr)
+                return 2
+            not_run[sname] = lacking
+            continue
         runs = [harness.run(suite, b, progress=_progress) for b in names]
         harness.finish_cross_backend(runs, against_reference=not args.update_reference)
         if args.update_reference:
@@ -145,7 +161,8 @@ def certify(args) -> int:
         print(json.dumps({"ok": ok, "out": str(out_dir), "runs": [harness.meta(r) for r in all_runs],
                           "suites": {s: {k: {"status": c.status, "detail": c.detail}
                                          for k, c in cl.items()} for s, cl in suite_clauses.items()},
-                          "unavailable": {b.name: b.reason for b in skipped}, "notes": notes},
+                          "unavailable": {b.name: b.reason for b in skipped},
+                          "suites_not_run": not_run, "notes": notes},
                          indent=2, sort_keys=True))
         return 0 if ok else 1
     rows = [["suite", "backend", "records", "cells compared", "clauses", "card md5"]]
@@ -158,6 +175,8 @@ def certify(args) -> int:
               + " (negative controls: oracle variants, computed once per suite)")
     for b in skipped:
         print(f"not run: {b.name} ({b.reason})")
+    for sname, why in not_run.items():
+        print(f"not run: suite {sname} ({why})")
     for r in all_runs:
         for k, c in r.clauses.items():
             if c.status == "fail":

@@ -1,0 +1,284 @@
+"""Data parallel on torch.distributed: a gradient all-reduce whose bits do not depend on the world size.
+
+`all_reduce_grads(grads, tokens, group)` gives every rank, in place, bit for bit
+`mojolike.accumulate_grads([g_rank0, g_rank1, ...], tokens)`: the pairwise tree
+over the ranks' gradients in rank order, an odd last one carried up
+(contracts/distributed.md). torch.distributed is the transport (a gloo group,
+CPU tensors; launched the usual way, e.g. `torchrun`); torch is imported only
+when a function here is called, and refused by name when it is missing.
+
+>>> import mojolike.distributed as md
+>>> md.slices(10, 4)
+[(0, 3), (3, 6), (6, 8), (8, 10)]
+"""
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import checks
+from ._distributed_wire import Header, agree, local_header
+from .refusals import refuse
+
+ENTRY = "mojolike.distributed.all_reduce_grads"
+TIMEOUT_S = 300.0  # a rank that has not joined within this is taken as dead
+
+
+class CollectiveFailed(RuntimeError):
+    """A rank exited or stalled during the reduction; nothing was written on this rank."""
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What one call moved on this rank: payload bytes of the slice exchange and of the gather
+    (sent, received), bytes of the two small agreement rounds, and the world size."""
+    world_size: int
+    elements: int
+    bytes_sent: int
+    bytes_received: int
+    control_bytes: int
+    seconds: float
+
+
+def slices(n: int, world_size: int) -> list[tuple[int, int]]:
+    """Rank p reduces elements [start, stop) of the flat gradient: n split into world_size
+    consecutive slices, the first n % world_size one element longer."""
+    q, r = divmod(n, world_size)
+    edges = [0]
+    for p in range(world_size):
+        edges.append(edges[-1] + q + (p < r))
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _torch(entry: str):
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as e:
+        refuse(entry, "torch", f"is not installed ({e}); install the extra: "
+                               f"pip install 'mojolike[distributed]'")
+    if not dist.is_available():
+        refuse(entry, "torch", "was built without torch.distributed")
+    return torch, dist
+
+
+def _group(entry: str, dist, group):
+    if not dist.is_initialized():
+        refuse(entry, "group", "has no process group to use: call "
+                               "torch.distributed.init_process_group('gloo', ...) first (torchrun "
+                               "sets the environment it reads)")
+    g = dist.group.WORLD if group is None else group
+    try:
+        backend = str(dist.get_backend(g))
+        rank = dist.get_rank(g)
+    except (ValueError, RuntimeError) as e:
+        refuse(entry, "group", f"is not a process group of this process ({e})")
+    if "gloo" not in backend:
+        refuse(entry, "group", f"uses backend {backend!r}; the reduction runs on a gloo group "
+                               f"(CPU tensors): create one with torch.distributed.new_group("
+                               f"backend='gloo')")
+    if rank < 0:
+        refuse(entry, "group", "does not contain this rank")
+    return g, rank, dist.get_world_size(g)
+
+
+def _timeout(entry: str, timeout) -> float:
+    t = checks.exact(entry, "timeout", timeout)
+    if not t > 0:
+        refuse(entry, "timeout", "must be a positive number of seconds", value=timeout)
+    return float(t)
+
+
+class _Clock:
+    """One deadline for every wait of a call: the whole call waits at most `timeout` seconds."""
+
+    def __init__(self, timeout: float, world: int, rank: int):
+        self.deadline = time.monotonic() + timeout
+        self.timeout, self.world, self.rank = timeout, world, rank
+
+    def wait(self, works, what: str) -> None:
+        for w in works if isinstance(works, list) else [works]:
+            left = max(0.001, self.deadline - time.monotonic())
+            try:
+                ok = w.wait(timeout=datetime.timedelta(seconds=left))
+            except RuntimeError as e:
+                self.fail(what, e)
+            if ok is False:
+                self.fail(what, "the wait returned without completing")
+
+    def fail(self, what: str, why) -> None:
+        raise CollectiveFailed(
+            f"{ENTRY}: {what} did not complete on rank {self.rank} of {self.world} within "
+            f"timeout={self.timeout:g} s ({str(why).strip()[:300]}): a rank exited or stalled. "
+            f"Nothing was written to grads on this rank; the process group cannot be trusted "
+            f"after this (destroy it and restart the job from a checkpoint).")
+
+
+def all_reduce_grads(grads, tokens=None, group=None, *, timeout=TIMEOUT_S, numeric_mode=None,
+                     backend=None, **unknown) -> Exchange:
+    """Replace every rank's gradients, in place, with their pairwise sum over the ranks.
+
+    Each rank passes its local gradient (one buffer or a list, the same layout on every
+    rank) and, optionally, `tokens`: the positive count of tokens it covers. The result
+    on every rank is `mojolike.accumulate_grads([g_0, ..., g_{W-1}], ...)` over the
+    ranks in group order. The flat gradient is cut into W slices; `all_to_all_single`
+    brings each rank the W contributions to its slice, which it adds by the pairwise
+    tree with the optim family's add kernel of `backend`; the reduced slices are then
+    sent to every rank. No rank receives more than 2 (W-1)/W of the gradient bytes
+    (what a ring all-reduce moves), plus two small agreement rounds.
+
+    Refused on every rank together, before anything is sent or written: a rank whose
+    arguments are refused (its own message, named to the others), different layouts
+    (tensor count and shapes), different numeric modes, tokens given on some ranks
+    only, non-finite gradients, and in identical mode tokens that are not aligned
+    (`mojolike.accumulation_is_aligned(tokens of every rank, W)` is False). A rank
+    that exits or stalls makes the others raise `CollectiveFailed` within `timeout`
+    seconds (the whole call; the group's own timeout also applies); every rank writes
+    its gradients only after every rank reported its slice reduced.
+
+    Reproducibility: the bits depend on the ranks' gradients and their order alone,
+    never on the transport's algorithm; they are the same on every backend in
+    identical mode. A rank's own gradient that is a pairwise sum of 2^k aligned
+    microbatches is a whole subtree, so 1, 2 or 4 ranks sharing 4 microbatches give
+    the same bits (contracts/distributed.md).
+
+    >>> import os, tempfile, numpy as np, torch.distributed as dist
+    >>> store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+    >>> dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    >>> g = [np.float32([1.5, -2.0]), np.float32([3.0])]
+    >>> all_reduce_grads(g, tokens=2048, backend="oracle").world_size, g
+    (1, [array([ 1.5, -2. ], dtype=float32), array([3.], dtype=float32)])
+    >>> dist.destroy_process_group()
+    """
+    e = ENTRY
+    _, dist = _torch(e)
+    t0 = time.perf_counter()
+    g, rank, world = _group(e, dist, group)
+    clock = _Clock(_timeout(e, timeout), world, rank)
+    # every other check is made on each rank and agreed on by all of them, so they refuse together
+    mine, views, flat_in, k = local_header(e, grads, tokens, numeric_mode, backend, unknown)
+    headers = _exchange_headers(dist, g, world, mine, clock)
+    agree(e, rank, headers, mine)
+    n = headers[0].elements
+    cuts = slices(n, world)
+    flat = flat_in if flat_in is not None else np.concatenate(views)
+    out, sent, received = _reduce(dist, g, rank, world, flat, cuts, k, clock)
+    start = 0
+    for v in views:  # every rank reduced its slice: write the caller's buffers now
+        np.copyto(v, out[start:start + v.size])
+        start += v.size
+    control = 2 * (world - 1) * Header.BYTES + 2 * (world - 1) * 8
+    return Exchange(world, n, sent, received, control, time.perf_counter() - t0)
+
+
+def _exchange_headers(dist, g, world, mine: Header, clock: _Clock) -> list[Header]:
+    import torch
+    mine_t = torch.from_numpy(mine.pack())
+    got = [torch.empty_like(mine_t) for _ in range(world)]
+    clock.wait(dist.all_gather(got, mine_t, group=g, async_op=True), "the header exchange")
+    return [Header.unpack(t.numpy()) for t in got]
+
+
+def _reduce(dist, g, rank, world, flat, cuts, k, clock):
+    """(the reduced flat gradient, payload bytes sent, received): exchange the slices, add this
+    rank's W contributions by the pairwise tree, gather every slice, agree that all succeeded."""
+    import torch
+    lo, hi = cuts[rank]
+    size = hi - lo
+    recv, out = _workspace(world * size, flat.size)
+    clock.wait(dist.all_to_all_single(torch.from_numpy(recv), torch.from_numpy(flat),
+                                      output_split_sizes=[size] * world,
+                                      input_split_sizes=[b - a for a, b in cuts],
+                                      group=g, async_op=True), "the slice exchange")
+    failed = None
+    mine = out[lo:hi]
+    try:
+        _tree([recv[j * size:(j + 1) * size] for j in range(world)], k, mine)
+    except Exception as err:  # still take part in the gather, so the others learn of it
+        failed = err
+    ops = []
+    for p in range(world):
+        if p != rank:
+            peer = dist.get_global_rank(g, p) if g is not dist.group.WORLD else p
+            a, b = cuts[p]
+            ops.append(dist.P2POp(dist.isend, torch.from_numpy(mine), peer, g))
+            ops.append(dist.P2POp(dist.irecv, torch.from_numpy(out[a:b]), peer, g))
+    if ops:
+        clock.wait(dist.batch_isend_irecv(ops), "the gather of the reduced slices")
+    status = torch.tensor([0 if failed is not None else 1], dtype=torch.int64)
+    clock.wait(dist.all_reduce(status, op=dist.ReduceOp.MIN, group=g, async_op=True),
+               "the final agreement")
+    if failed is not None:
+        raise failed
+    if int(status[0]) != 1:
+        clock.fail("the reduction", "another rank failed to reduce its slice")
+    # a2a: the other slices of my gradient out, W - 1 contributions to mine in; the gather: my
+    # slice out to W - 1 ranks, the other slices in. Sent and received are equal.
+    others = sum(b - a for p, (a, b) in enumerate(cuts) if p != rank)
+    moved = 4 * (others + (world - 1) * size)
+    return out, moved, moved
+
+
+def _tree(rows: list[np.ndarray], k, result: np.ndarray) -> None:
+    """oracles.fold.pairwise over the rows with the add kernel, the last addition (or, for one
+    row, a copy) written into `result`."""
+    level = rows
+    while len(level) > 2:
+        nxt = []
+        for i in range(0, len(level) - 1, 2):
+            nxt.append(np.empty_like(level[i]))
+            k.add(level[i], level[i + 1], nxt[-1])
+        level = nxt + level[len(level) - len(level) % 2:]
+    if len(level) == 2:
+        k.add(level[0], level[1], result)
+    else:
+        np.copyto(result, level[0])
+
+
+_spare: dict = {}  # (recv, out) of the last call, reused by a call of the same sizes
+_spare_lock = threading.Lock()
+
+
+def _workspace(received: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Buffers for the received slices and the gathered result. The last call's are reused when
+    the sizes match (fresh pages cost a fault each on first touch); a call running beside another
+    one in this process gets new ones."""
+    if _spare_lock.acquire(blocking=False):
+        try:
+            got = _spare.pop((received, n), None)
+            if got is None:
+                _spare.clear()
+                got = np.empty(received, np.float32), np.empty(n, np.float32)
+            _spare[(received, n)] = got
+            return got
+        finally:
+            _spare_lock.release()
+    return np.empty(received, np.float32), np.empty(n, np.float32)
+
+
+def step(optimizer, grads, tokens=None, group=None, *, timeout=TIMEOUT_S, **step_options):
+    """One data-parallel step: `all_reduce_grads` on the optimizer's backend and mode, then
+    `optimizer.step(grads, **step_options)`; returns what the step returns.
+
+    Every rank holds the same parameters before the step, so every rank holds the same
+    parameters after it: the single-process step on the accumulated gradient, bit for bit.
+    A refusal or a failed reduction raises before the optimizer is touched.
+
+    Reproducibility: as `all_reduce_grads` and the optimizer's step (contracts/step.md).
+
+    >>> import os, tempfile, numpy as np, torch.distributed as dist, mojolike
+    >>> store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+    >>> dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    >>> w = [np.ones(3, np.float32)]
+    >>> opt = mojolike.SGD(w, lr=0.5, backend="oracle")
+    >>> step(opt, [np.float32([1, 2, 4])], max_norm=10.0), w[0]
+    (4.582575798034668, array([ 0.5,  0. , -1. ], dtype=float32))
+    >>> dist.destroy_process_group()
+    """
+    all_reduce_grads(grads, tokens, group, timeout=timeout, backend=optimizer.backend,
+                     numeric_mode=optimizer.numeric_mode)
+    return optimizer.step(grads, **step_options)
