@@ -132,8 +132,10 @@ def linear_backward(dy, x, weight, bias=True, *, backend=None, numeric_mode=None
     k = _kernels(e, backend, numeric_mode)
     g2, a2 = _rows(g), _rows(a)
     dx = checks.empty(e, "x", a.shape)
-    k.gemm_nt(g2, _t(w), _NONE, False, _rows(dx))
     dw = checks.empty(e, "weight", w.shape)
+    # weight's transpose waits in dweight's own buffer until dweight is written: no
+    # parameter-sized temporary
+    k.gemm_nt(g2, _t(w, out=dw), _NONE, False, _rows(dx))
     gt = _t(g2)
     k.gemm_nt(gt, _t(a2), _NONE, False, dw)
     db = None
