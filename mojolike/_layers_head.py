@@ -216,17 +216,22 @@ class _Run:
         return nll, smooth_sum, dh, dw
 
     def weight_gradient(self, mx, big_s, dw) -> None:
-        """d_weight chunk by chunk of the vocabulary: each row of it folds over all rows."""
+        """d_weight chunk by chunk of the vocabulary: each row of it folds over all rows. The
+        chunk's logits come transposed, (chunk, rows), straight from the GEMM (cell (j, i) is
+        the fold of weight[j, k] * hidden[i, k], the same products as hidden[i, k] * weight[j, k]
+        in the same order: IEEE multiplication commutes), so the gradient is born in the
+        layout d_weight's GEMM reads."""
         ht = _t(self.h)
         for c0, c1 in self.chunks:
+            zt = np.empty((c1 - c0, self.rows), np.float32)
+            self.k.gemm_nt(self.w[c0:c1], self.h, _NONE, False, zt)
             with np.errstate(over="ignore"):
-                d = np.subtract(self.logits(self.h, c0, c1), mx[:, None])
-            dz = _gradient(expf(d, **self.on), big_s, self.t, self.kept, c0, c1, self.s)
-            del d
-            dzt = _t(dz)
-            del dz
-            self.k.gemm_nt(dzt, ht, _NONE, False, dw[c0:c1])  # complete over the rows
-            del dzt
+                np.subtract(zt, mx[None, :], out=zt)  # d = z - max, one rounding
+            ext = expf(zt, **self.on)
+            del zt
+            _gradient(ext.T, big_s, self.t, self.kept, c0, c1, self.s)  # in place, through a view
+            self.k.gemm_nt(ext, ht, _NONE, False, dw[c0:c1])  # complete over the rows
+            del ext
 
     def by_vocab_chunks(self):
         """Three walks over vocabulary chunks, for batches too small for whole-vocabulary row
