@@ -35,30 +35,26 @@ def _gradient(rank: int, n: int) -> np.ndarray:
     return np.random.default_rng(rank).standard_normal(n, dtype=np.float32)
 
 
-def _wchar() -> int:
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
-
-
 def job(rank: int, world: int, elements: int, rounds: int, backend: str) -> dict:
     import torch
     import torch.distributed as dist
 
     import mojolike
     from mojolike import distributed as md
+    from mojolike._distributed_local import bytes_written
     src = _gradient(rank, elements)
     ours_t, torch_t, ours_b, torch_b = [], [], [], []
     for r in range(rounds + 1):  # round 0 warms both paths up and is not kept
         x = src.copy()
         dist.barrier()
-        w0, t0 = _wchar(), time.perf_counter()
+        w0, t0 = bytes_written(), time.perf_counter()
         md.all_reduce_grads(x, backend=backend)
-        t1, w1 = time.perf_counter(), _wchar()
+        t1, w1 = time.perf_counter(), bytes_written()
         y = torch.from_numpy(src.copy())
         dist.barrier()
-        w2, t2 = _wchar(), time.perf_counter()
+        w2, t2 = bytes_written(), time.perf_counter()
         dist.all_reduce(y, op=dist.ReduceOp.SUM)
-        t3, w3 = time.perf_counter(), _wchar()
+        t3, w3 = time.perf_counter(), bytes_written()
         if r:
             ours_t.append(t1 - t0), torch_t.append(t3 - t2)
             ours_b.append(w1 - w0), torch_b.append(w3 - w2)

@@ -21,7 +21,7 @@ import numpy as np
 import mojolike
 
 from .. import registry
-from .._distributed_local import launch
+from .._distributed_local import bytes_written, launch
 from ..refusals import Refusal
 from . import casegen
 
@@ -97,15 +97,6 @@ def single(backend: str, m: int) -> dict[str, np.ndarray]:
 
 
 # -- the ranks ------------------------------------------------------------------------------------
-def _wchar() -> int:
-    """Bytes this process handed to write calls so far (gloo's sockets included); -1 if unknown."""
-    try:
-        with open("/proc/self/io") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
-    except (OSError, StopIteration, ValueError):
-        return -1
-
-
 def _torch_sum(group):
     import torch
     import torch.distributed as dist
@@ -150,9 +141,9 @@ def _bandwidth(rank: int, backend: str, groups: dict) -> dict:
     got = {}
     for name, group in groups.items():
         g = casegen.bulk_normal(PROBE, f"distributed/probe/{rank}")
-        before = _wchar()
+        before = bytes_written()
         ex = md.all_reduce_grads(g, group=group, backend=backend)
-        after = _wchar()
+        after = bytes_written()
         got[name] = {"measured": after - before if before >= 0 else None,
                      "payload": ex.bytes_sent, "control": ex.control_bytes,
                      "world_size": ex.world_size}

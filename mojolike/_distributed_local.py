@@ -32,6 +32,16 @@ import numpy as np
 INIT_TIMEOUT_S = 60.0
 
 
+
+def bytes_written() -> int:
+    """Bytes this process has handed to write calls so far (/proc/self/io wchar: gloo's sockets
+    included); -1 where the system does not say."""
+    try:
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+    except (OSError, StopIteration, ValueError):
+        return -1
+
 @dataclass
 class RankResult:
     rank: int

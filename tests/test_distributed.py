@@ -16,7 +16,7 @@ import pytest
 
 import mojolike
 from mojolike import _distributed_wire as wire
-from mojolike._distributed_local import launch
+from mojolike._distributed_local import bytes_written, launch
 
 torch = pytest.importorskip("torch")  # the [test] extra installs it; `import mojolike` never needs it
 
@@ -66,12 +66,9 @@ def _dp(which, group=None):
 
 def _sent(fn):
     """(bytes this process handed to write calls during fn(), fn's result): gloo's sockets."""
-    def wchar():
-        with open("/proc/self/io") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
-    before = wchar()
+    before = bytes_written()
     out = fn()
-    return wchar() - before, out
+    return bytes_written() - before, out
 
 
 # -- rank jobs ------------------------------------------------------------------------------------
