@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -232,14 +233,22 @@ def _fallback_counts(backend: str, left: dict[str, list]) -> dict | str:
     return {cid: len(recs) for cid, recs in left.items()}
 
 
-def run(suite, backend: str, *, progress=None) -> SuiteRun:
-    """Run `suite` on `backend` in identical mode; clause (b) starts as a reference check."""
+def run(suite, backend: str, *, progress=None, computed=None, controls: bool = True) -> SuiteRun:
+    """Run `suite` on `backend` in identical mode; clause (b) starts as a reference check.
+
+    `computed`: the backend's (outputs, values left to the host, seconds) already computed
+    (by `run_many`); `controls=False` leaves the negative controls (clause e) to the caller."""
     t0 = time.perf_counter()
     k = registry.kernels(CERTIFY, suite.FAMILY, backend, registry.CONTRACT_MODE)
     ref = oracle_outputs(suite, progress)
     left: dict[str, list] = {}  # case id -> the values the kernels left to the host
-    outs = ref if backend == "oracle" else _outputs(suite, k, progress, f"{suite.NAME} {backend}",
-                                                    left)
+    if backend == "oracle":
+        outs = ref
+    elif computed is not None:
+        outs, left, seconds = computed
+        t0 -= seconds
+    else:
+        outs = _outputs(suite, k, progress, f"{suite.NAME} {backend}", left)
     cells, bad = compare_with_oracle(outs, ref)
     if backend == "oracle":
         a = Clause("n/a", f"the oracle is the reference ({cells} cells)")
@@ -254,12 +263,53 @@ def run(suite, backend: str, *, progress=None) -> SuiteRun:
     clauses = {"a": a, "b": reference_clause(suite, card)}
     clauses.update({letter: Clause(*result) for letter, result in suite.extra_clauses(k).items()})
     clauses = dict(sorted(clauses.items()))
-    controls = negative_controls(suite, progress)
+    suite_clauses = {"e": negative_controls(suite, progress)} if controls else {}
     return SuiteRun(suite.NAME, suite.PROFILE, k.backend, k.numeric_mode, card, cards.card_md5(card),
                     len(cards.records_of(card)), len(suite.cases()), cells, clauses,
                     dict(k.details, host_fallbacks=_fallback_counts(backend, left)),
-                    round(time.perf_counter() - t0, 3), {"e": controls},
+                    round(time.perf_counter() - t0, 3), suite_clauses,
                     provenance.threads(k.backend, k))
+
+
+def run_many(suites, backends, *, progress=None) -> list[list[SuiteRun]]:
+    """Every suite on every backend: `run_many(...)[i][j]` is `suites[i]` on `backends[j]`.
+
+    A backend whose kernels run in a worker process (the simulator, `registry.runs_in_worker`)
+    computes its outputs in a thread meanwhile, so that process works while this one runs the
+    oracle and the CPU backends: the runs are the ones `run` gives, sooner on two cores. The
+    negative controls patch module functions, so they wait until that thread is done."""
+    away = [b for b in backends if registry.runs_in_worker(b)]
+    computed: dict[tuple[str, str], tuple] = {}
+    failed: list[BaseException] = []
+
+    def work():
+        try:
+            for suite in suites:
+                for b in away:
+                    t0 = time.perf_counter()
+                    k = registry.kernels(CERTIFY, suite.FAMILY, b, registry.CONTRACT_MODE)
+                    left: dict[str, list] = {}
+                    outs = _outputs(suite, k, progress, f"{suite.NAME} {b}", left)
+                    computed[(suite.NAME, b)] = (outs, left, time.perf_counter() - t0)
+        except BaseException as e:  # re-raised in the caller's thread
+            failed.append(e)
+
+    worker = threading.Thread(target=work, name="mojolike-certify-worker", daemon=True)
+    worker.start()
+    here = {(s.NAME, b): run(s, b, progress=progress, controls=False)
+            for s in suites for b in backends if b not in away}
+    worker.join()
+    if failed:
+        raise failed[0]
+    out = []
+    for s in suites:
+        runs = [here.get((s.NAME, b)) or run(s, b, progress=progress, controls=False,
+                                             computed=computed[(s.NAME, b)]) for b in backends]
+        controls = {"e": negative_controls(s, progress)}
+        for r in runs:
+            r.suite_clauses = controls
+        out.append(runs)
+    return out
 
 
 def reference_clause(suite, card: str) -> Clause:

@@ -137,6 +137,7 @@ def certify(args) -> int:
         return 2
     out_dir = Path(args.out)
     all_runs, notes, suite_clauses, written, not_run = [], [], {}, True, {}
+    runnable = []
     for sname in suites:
         suite = harness.suite_module(sname)
         lacking = _lacking(suite)
@@ -146,7 +147,9 @@ def certify(args) -> int:
                 return 2
             not_run[sname] = lacking
             continue
-        runs = [harness.run(suite, b, progress=_progress) for b in names]
+        runnable.append(suite)
+    for suite, runs in zip(runnable, harness.run_many(runnable, names, progress=_progress)):
+        sname = suite.NAME
         harness.finish_cross_backend(runs, against_reference=not args.update_reference)
         if args.update_reference:
             done, note = _update_reference(suite, runs)

@@ -106,6 +106,12 @@ def simulator_process() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
 
 
+def runs_in_worker(backend: str) -> bool:
+    """True when `backend`'s kernels run in a worker process: the simulator, asked for by a
+    process that already uses numba for real."""
+    return backend == "cuda-sim" and not simulator_process()
+
+
 def _have(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -214,7 +220,7 @@ def kernels(entry: str, family: str, backend: str | None = None, numeric_mode: s
                 ok, why = _cached_status(backend)  # probes only this backend (no GPU probe for CPU calls)
                 if not ok:
                     raise BackendUnavailable(entry, "backend", f"cannot run here: {why}", value=backend)
-                if backend == "cuda-sim" and not simulator_process():
+                if runs_in_worker(backend):
                     from .native.cuda.simworker import proxy
                     k = proxy(family, mode)
                 else:

@@ -38,3 +38,22 @@ def backend_case_params(backends, small, big):
         for i, case in enumerate(small + ([] if name == "cuda-sim" else big)):
             out.append(pytest.param(name, case, marks=marks, id=f"{name}-{i}"))
     return out
+
+
+def pytest_collection_finish(session):
+    """Start tests/test_vectorized.py's per-target compilations as soon as collection selects
+    them: they run at low priority beside the tests before that module (tests in one
+    process leave one of two cores mostly idle) instead of after them."""
+    wanted = [item.callspec.params["target"] for item in session.items
+              if item.path.name == "test_vectorized.py" and hasattr(item, "callspec")
+              and "target" in item.callspec.params]
+    if wanted:
+        import test_vectorized
+        session.config.mojolike_targets = test_vectorized.start_targets(session.config, wanted)
+
+
+def pytest_sessionfinish(session):
+    for p in (getattr(session.config, "mojolike_targets", None) or {}).values():
+        if p.poll() is None:
+            p.kill()
+            p.communicate()

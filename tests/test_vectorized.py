@@ -116,17 +116,24 @@ def compile_and_count(modules: list[str]) -> dict:
 def start_target(target: str, cache: Path) -> subprocess.Popen:
     env = dict(os.environ, NUMBA_CPU_NAME=target, NUMBA_CPU_FEATURES="",
                NUMBA_CACHE_DIR=str(cache / target))
+    # at low priority: started early (see start_targets), they take the time other tests leave
     return subprocess.Popen([sys.executable, __file__, target], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.nice(10))
+
+
+def start_targets(config, names) -> dict[str, subprocess.Popen]:
+    """One compiling process per target in `names`, all started at once."""
+    cache = getattr(config, "cache", None)
+    root = Path(cache.mkdir("mojolike-numba-targets") if cache is not None
+                else tempfile.mkdtemp(prefix="mojolike-numba-targets-"))
+    return {t: start_target(t, root) for t in names}
 
 
 @pytest.fixture(scope="module")
 def targets(request) -> dict[str, subprocess.Popen]:
-    """One compiling process per target, all started at once (each test waits for its own)."""
-    cache = getattr(request.config, "cache", None)
-    root = Path(cache.mkdir("mojolike-numba-targets") if cache is not None
-                else tempfile.mkdtemp(prefix="mojolike-numba-targets-"))
-    procs = {t: start_target(t, root) for t in TARGETS}
+    """The compiling processes: conftest starts them when collection selects these tests, so
+    they run beside the tests before this module; each test waits for its own."""
+    procs = getattr(request.config, "mojolike_targets", None) or start_targets(request.config, TARGETS)
     yield procs
     for p in procs.values():
         if p.poll() is None:

@@ -19,6 +19,9 @@ source serves both targets.
 """
 from __future__ import annotations
 
+import re
+import warnings
+
 import numba
 import numpy as np
 from numba import cuda, float32, float64
@@ -34,49 +37,42 @@ if SIMULATOR:
 
     # Plain functions: they touch no `cuda` API, and skipping the simulator's
     # device-function wrapper makes each call several times cheaper.
-    # errstate: overflow to inf and inf - inf are IEEE results here, not errors
+    # Overflow to inf and inf - inf are IEEE results here, not news: numpy's warnings
+    # about them are silenced for this module only (the simulator worker's threads
+    # also run with numpy's float errors ignored, see simblocks).
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=re.escape(__name__) + "$")
 
     def add(a, b):
-        with np.errstate(all="ignore"):
-            return _f32(_f32(a) + _f32(b))
+        return _f32(_f32(a) + _f32(b))
 
     def sub(a, b):
-        with np.errstate(all="ignore"):
-            return _f32(_f32(a) - _f32(b))
+        return _f32(_f32(a) - _f32(b))
 
     def mul(a, b):
-        with np.errstate(all="ignore"):
-            return _f32(_f32(a) * _f32(b))
+        return _f32(_f32(a) * _f32(b))
 
     def div(a, b):
-        with np.errstate(all="ignore"):
-            return _f32(_f32(a) / _f32(b))
+        return _f32(_f32(a) / _f32(b))
 
     def sqrt(a):
-        with np.errstate(all="ignore"):
-            return _f32(np.sqrt(_f32(a)))
+        return _f32(np.sqrt(_f32(a)))
 
     _f64 = np.float64
 
     def dadd(a, b):
-        with np.errstate(all="ignore"):
-            return _f64(_f64(a) + _f64(b))
+        return _f64(_f64(a) + _f64(b))
 
     def dsub(a, b):
-        with np.errstate(all="ignore"):
-            return _f64(_f64(a) - _f64(b))
+        return _f64(_f64(a) - _f64(b))
 
     def dmul(a, b):
-        with np.errstate(all="ignore"):
-            return _f64(_f64(a) * _f64(b))
+        return _f64(_f64(a) * _f64(b))
 
     def ddiv(a, b):
-        with np.errstate(all="ignore"):
-            return _f64(_f64(a) / _f64(b))
+        return _f64(_f64(a) / _f64(b))
 
     def narrow(a):
-        with np.errstate(all="ignore"):  # beyond the binary32 range: inf, as on the GPU
-            return _f32(_f64(a))
+        return _f32(_f64(a))  # beyond the binary32 range: inf, as on the GPU
 
     def widen(a):
         return _f64(a)
