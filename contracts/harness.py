@@ -296,6 +296,8 @@ def run_many(suites, backends, *, progress=None) -> list[list[SuiteRun]]:
 
     worker = threading.Thread(target=work, name="mojolike-certify-worker", daemon=True)
     worker.start()
+    for s in suites:  # every run compares with the oracle: compute it meanwhile too
+        oracle_outputs(s, progress)
     here = {(s.NAME, b): run(s, b, progress=progress, controls=False)
             for s in suites for b in backends if b not in away}
     worker.join()

@@ -6,9 +6,12 @@ loop, and that loop holds the interpreter lock the threads need to get there: mo
 simulated kernel's time went to it. `install()` puts in its place a manager with the
 same semantics (every thread of the block started at once; released from a barrier when
 every living thread has reached it; on an exception the other threads aborted and the
-first exception raised) that waits on a condition the threads signal. The kernels and
+first exception raised) that waits on a condition the threads signal, and keys shared
+arrays by the caller's frame rather than by formatting the whole stack. The kernels and
 the simulator's per-thread execution are untouched: the same source runs in the same
-threads, only the waiting changes, so it cannot change a bit of any result.
+threads, only the waiting changes, so it cannot change a bit of any result. Its threads
+run with numpy's float errors ignored: an overflow to inf is an IEEE result of the
+simulator prims (prims.py), not a warning to format.
 
 `install()` is called by the simulator worker (`simworker.main`) and nowhere else; where
 numba's simulator is not the one this was written against (its classes lack the
