@@ -236,19 +236,16 @@ def _fallback_counts(backend: str, left: dict[str, list]) -> dict | str:
 def run(suite, backend: str, *, progress=None, computed=None, controls: bool = True) -> SuiteRun:
     """Run `suite` on `backend` in identical mode; clause (b) starts as a reference check.
 
-    `computed`: the backend's (outputs, values left to the host, seconds) already computed
-    (by `run_many`); `controls=False` leaves the negative controls (clause e) to the caller."""
+    `computed`: the backend's `backend_outputs`, already computed (by `run_many`);
+    `controls=False` leaves the negative controls (clause e) to the caller."""
     t0 = time.perf_counter()
     k = registry.kernels(CERTIFY, suite.FAMILY, backend, registry.CONTRACT_MODE)
     ref = oracle_outputs(suite, progress)
-    left: dict[str, list] = {}  # case id -> the values the kernels left to the host
     if backend == "oracle":
-        outs = ref
-    elif computed is not None:
-        outs, left, seconds = computed
-        t0 -= seconds
+        outs, left = ref, {}
     else:
-        outs = _outputs(suite, k, progress, f"{suite.NAME} {backend}", left)
+        outs, left, seconds = computed or backend_outputs(suite, backend, progress)
+        t0 -= seconds
     cells, bad = compare_with_oracle(outs, ref)
     if backend == "oracle":
         a = Clause("n/a", f"the oracle is the reference ({cells} cells)")
@@ -271,6 +268,15 @@ def run(suite, backend: str, *, progress=None, computed=None, controls: bool = T
                     provenance.threads(k.backend, k))
 
 
+def backend_outputs(suite, backend: str, progress=None) -> tuple[dict, dict[str, list], float]:
+    """(every output, case id -> the values the kernels left to the host, seconds taken)."""
+    t0 = time.perf_counter()
+    k = registry.kernels(CERTIFY, suite.FAMILY, backend, registry.CONTRACT_MODE)
+    left: dict[str, list] = {}
+    outs = _outputs(suite, k, progress, f"{suite.NAME} {backend}", left)
+    return outs, left, time.perf_counter() - t0
+
+
 def run_many(suites, backends, *, progress=None) -> list[list[SuiteRun]]:
     """Every suite on every backend: `run_many(...)[i][j]` is `suites[i]` on `backends[j]`.
 
@@ -286,11 +292,7 @@ def run_many(suites, backends, *, progress=None) -> list[list[SuiteRun]]:
         try:
             for suite in suites:
                 for b in away:
-                    t0 = time.perf_counter()
-                    k = registry.kernels(CERTIFY, suite.FAMILY, b, registry.CONTRACT_MODE)
-                    left: dict[str, list] = {}
-                    outs = _outputs(suite, k, progress, f"{suite.NAME} {b}", left)
-                    computed[(suite.NAME, b)] = (outs, left, time.perf_counter() - t0)
+                    computed[(suite.NAME, b)] = backend_outputs(suite, b, progress)
         except BaseException as e:  # re-raised in the caller's thread
             failed.append(e)
 

@@ -53,7 +53,7 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session):
-    for p in (getattr(session.config, "mojolike_targets", None) or {}).values():
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+    procs = getattr(session.config, "mojolike_targets", None)
+    if procs:  # the module's fixture stops them too; this covers a session that never got there
+        import test_vectorized
+        test_vectorized.stop_targets(procs)

@@ -129,16 +129,20 @@ def start_targets(config, names) -> dict[str, subprocess.Popen]:
     return {t: start_target(t, root) for t in names}
 
 
+def stop_targets(procs: dict[str, subprocess.Popen]) -> None:
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
 @pytest.fixture(scope="module")
 def targets(request) -> dict[str, subprocess.Popen]:
     """The compiling processes: conftest starts them when collection selects these tests, so
     they run beside the tests before this module; each test waits for its own."""
     procs = getattr(request.config, "mojolike_targets", None) or start_targets(request.config, TARGETS)
     yield procs
-    for p in procs.values():
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+    stop_targets(procs)
 
 
 def test_the_registry_lists_the_hot_kernels_of_fold_optim_loss_crmath_and_layers():

@@ -24,6 +24,7 @@ import threading
 
 import numpy as np
 
+
 class _Meeting:
     """What the threads of one block tell their manager, under one condition."""
 
@@ -50,7 +51,7 @@ class _Meeting:
                 self.cond.notify()
 
 
-def _classes(kernel):
+def _block(kernel):
     class Thread(kernel.BlockThread):
         def __init__(self, f, manager, block_idx, thread_idx, debug, meeting: _Meeting):
             super().__init__(f, manager, block_idx, thread_idx, debug)
@@ -89,7 +90,8 @@ def _classes(kernel):
                     failed, done = meeting.failed, meeting.alive == 0
                     # every living thread is at the barrier: release each of them once
                     release = [] if failed or done else [t for t in threads if t.syncthreads_blocked]
-                    meeting.blocked = 0 if release else meeting.blocked
+                    if release:
+                        meeting.blocked = 0
                 if failed is not None:
                     for t in threads:
                         t.abort = True
@@ -102,7 +104,7 @@ def _classes(kernel):
                     t.syncthreads_blocked = False
                     t.syncthreads_event.set()
 
-    return Thread, Block
+    return Block
 
 
 def _shared(kernelapi):
@@ -134,6 +136,6 @@ def install() -> bool:
                                          (kernelapi, "FakeCUDAShared", ("array",)))
                for m in methods):
         return False
-    kernel.BlockManager = _classes(kernel)[1]
+    kernel.BlockManager = _block(kernel)
     kernelapi.FakeCUDAShared = _shared(kernelapi)
     return True
