@@ -11,6 +11,7 @@ and more).
 from __future__ import annotations
 
 import array
+import io
 import os
 import tempfile
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from fractions import Fraction
 import numpy as np
 from hypothesis import strategies as st
 
+import fuzzing_files as ff
 import mojolike
 from mojolike import Refusal
 
@@ -146,8 +148,15 @@ def call(entry: str, fn, inputs: list, owner=None):
 # -- targets -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Target:
+    """One fuzzed entry point. `weight` is its share of a run's cases relative to the others
+    (the costly ones, which start processes or train, take fewer), `ci` the cases CI gives it,
+    and `shrink` whether hypothesis may spend time shrinking a failure (minutes for a world of
+    processes)."""
     name: str
     run: object  # run(draw) -> None
+    weight: float = 1.0
+    ci: int = 60
+    shrink: bool = True
 
 
 def _backend(draw):
@@ -400,5 +409,218 @@ def state_files(draw):
         call("mojolike.load_state", lambda: mojolike.load_state(path), [])
 
 
+def _mutated_file(draw, kind: str, members: list) -> tuple[bytes, bool | None]:
+    """(the file's bytes, whether it must be refused: True, False, or None for either) for one
+    drawn layout."""
+    how = draw(st.sampled_from(["honest", "overlap", "duplicate", "claims", "deflate", "renamed",
+                                "huge_header", "missing", "extra", "huge_meta", "config"]))
+    names = [n for n, _ in members]
+    if how == "honest":
+        return ff.honest(members), False
+    if how == "overlap":
+        copies = draw(st.integers(2, 300))
+        pick = draw(st.sampled_from(["expected", "fresh"]))
+        chain = [names[i % len(names)] if pick == "expected" else f"x{i}.npy" for i in range(copies)]
+        if pick == "expected":  # each name once, then fresh ones: no duplicate hides the overlap
+            chain = names[:copies] + [f"x{i}.npy" for i in range(copies - len(names[:copies]))]
+        size = draw(st.sampled_from([1024, 65536]))
+        return ff.overlapping(chain, ff.npy((size // 4,), body=bytes(size))), True
+    if how == "duplicate":
+        i = draw(st.integers(0, len(members) - 1))
+        j = draw(st.integers(0, len(members)))
+        return ff.honest(members[:j] + [members[i]] + members[j:]), True
+    if how == "claims":  # one member's sizes claim far more than the file holds
+        i = draw(st.integers(0, len(members) - 1))
+        claimed = draw(st.sampled_from([2**31 - 1, 2**32 - 1, 10**8]))
+        recs, central, at = [], [], 0
+        for k, (n, d) in enumerate(members):
+            rec = ff.local_record(n, d, claimed=claimed if k == i else None)
+            size = claimed if k == i else len(d)
+            central.append(ff.central_entry(n, at, size, size, 0))
+            recs.append(rec)
+            at += len(rec)
+        return ff.zip_bytes(recs, central), True
+    if how == "deflate":
+        return ff.honest(members, method=8), True
+    if how == "renamed":  # the central directory names a member its local header does not
+        i = draw(st.integers(0, len(members) - 1))
+        recs, central, at = [], [], 0
+        for k, (n, d) in enumerate(members):
+            rec = ff.local_record(n, d)
+            central.append(ff.central_entry(names[(k + 1) % len(names)] if k == i else n, at,
+                                            len(d), len(d), 0))
+            recs.append(rec)
+            at += len(rec)
+        return ff.zip_bytes(recs, central), len(set(names)) > 1
+    if how == "huge_header":  # a .npy header claiming a shape the member does not hold
+        i = draw(st.integers(0, len(members) - 1))
+        shape = draw(st.sampled_from([(2**40,), (2**20, 2**20), (2**62,), (3, 2**31)]))
+        dtype = draw(st.sampled_from(["<f4", "<i8", "<U100000"]))
+        return ff.honest([(n, ff.npy(shape, dtype, b"\0" * 64) if k == i else d)
+                          for k, (n, d) in enumerate(members)]), True
+    if how == "missing":
+        i = draw(st.integers(0, len(members) - 1))
+        # a state file's optional members (param_groups, flags) may go: then either outcome is
+        # allowed, and the memory bound still holds
+        return ff.honest(members[:i] + members[i + 1:]), True if kind == "checkpoint" else None
+    if how == "extra":
+        extra = (draw(st.sampled_from(["zz.npy", "param.extra.npy", "notes.txt", "kind2.npy"])),
+                 ff.npy((2,), "<f4", bytes(8)))
+        return ff.honest(members + [extra]), True
+    if how == "huge_meta":  # a text member whose header claims gigabytes of characters
+        target = "meta.npy" if kind == "checkpoint" else "kind.npy"
+        return ff.honest([(n, ff.npy((100000,), "<U10000", b"a" * 64) if n == target else d)
+                          for n, d in members]), True
+    if kind != "checkpoint":
+        return ff.honest(members), False
+    # the checkpoint's JSON edited: sizes that the arrays do not have, or pieces out of step
+    import json
+    meta = json.loads(str(np.load(io.BytesIO(dict(members)["meta.npy"]))))
+    field = draw(st.sampled_from(["d_model", "d_hidden", "batch_size", "vocab", "seq_len",
+                                  "step", "generator", "steps_done"]))
+    value = draw(st.sampled_from([2**11, 2**16, 2**20, 2**40, 3]))
+    if field in ("d_model", "d_hidden", "batch_size", "vocab", "seq_len"):
+        if meta["config"][field] == value or (field == "batch_size" and value == 3):
+            value = 2**20
+        meta["config"][field] = value
+    elif field == "step":
+        meta["step"] = meta["step"] + 1
+    elif field == "generator":
+        meta["generator"] = dict(meta["generator"], counter=meta["generator"]["counter"] + value)
+    else:
+        meta["optimizer"] = dict(meta["optimizer"], t=meta["optimizer"]["t"] + 1)
+    f = io.BytesIO()
+    np.save(f, np.str_(json.dumps(meta, sort_keys=True)))
+    return ff.honest([(n, f.getvalue() if n == "meta.npy" else d) for n, d in members]), True
+
+
+def hostile_files(draw):
+    """load_state and Trainer.load on archives laid out byte by byte: the honest ones load, every
+    hostile one is refused by name, and no load's peak memory exceeds a few times the file."""
+    from mojolike.train import Trainer
+    kind = draw(st.sampled_from(["state", "checkpoint"]))
+    with tempfile.TemporaryDirectory(prefix="mojolike-fuzz-") as folder:
+        data, hostile = _mutated_file(draw, kind, ff.base_members(kind, _BASE_FOLDER))
+        path = os.path.join(folder, "f.npz")
+        with open(path, "wb") as f:
+            f.write(data)
+        entry, load = (("mojolike.load_state", lambda: mojolike.load_state(path)) if kind == "state"
+                       else ("mojolike.train.Trainer.load",
+                             lambda: Trainer.load(path, backend="cpu-numba")))
+        out, peak = ff.peak_bytes(lambda: call(entry, load, []))
+        if isinstance(out, BaseException):
+            raise out
+        if hostile is True and out is not None:
+            raise Broken(f"{entry}: loaded a hostile file ({len(data)} bytes)")
+        if hostile is False and out is None:
+            raise Broken(f"{entry}: refused an honest file")
+        bound = 8 * len(data) + (64 << 20 if kind == "checkpoint" and hostile is False else 4 << 20)
+        if peak > bound:
+            raise Broken(f"{entry}: peak memory {peak} bytes for a {len(data)}-byte file")
+
+
+class _Interrupt(KeyboardInterrupt):
+    """The injected Ctrl-C (a KeyboardInterrupt, so nothing may swallow it as an Exception)."""
+
+
+# where a training step can be interrupted: (module, attribute) of a callable the step reaches
+_STEP_POINTS = (("mojolike._tape", "Tape.backward"), ("mojolike._tape", "Tape.linear"),
+                ("mojolike._tape", "Tape.reset_to"), ("mojolike.train", "accumulate_grads"),
+                ("mojolike.train", "embedding_backward"), ("mojolike.train", "embedding"),
+                ("mojolike._rng", "Generator.next_stream"), ("mojolike._outlier", "OutlierDetector.update"),
+                ("mojolike._scaler", "GradScaler.step"), ("mojolike._scaler", "GradScaler.update"),
+                ("mojolike._optim_base", "_Optimizer._step"), ("mojolike.train", "pairwise"))
+_DIGESTS: dict = {}
+
+
+def _interrupting(owner, name: str, at: int, after: bool):
+    """Replace owner.name by a wrapper whose call number `at` raises _Interrupt, before or after
+    the real call; returns a function that puts the original back."""
+    real = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    calls = [0]
+
+    def wrapper(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == at and not after:
+            raise _Interrupt(f"before {name} call {at}")
+        out = (real.__get__(args[0]) if isinstance(owner, type) else real)(
+            *(args[1:] if isinstance(owner, type) else args), **kwargs)
+        if calls[0] == at:
+            raise _Interrupt(f"after {name} call {at}")
+        return out
+
+    setattr(owner, name, wrapper)
+    return lambda: setattr(owner, name, real)
+
+
+def interrupts(draw):
+    """A Ctrl-C at a drawn point of a drawn step: the run, continued (in the same trainer, or
+    saved and loaded), ends with the uninterrupted digest, and every checkpoint it wrote loads."""
+    import importlib
+
+    from mojolike.train import Trainer
+    backend = draw(st.sampled_from(["cpu-numba", "cpu-cffi"]))
+    cfg = ff.tiny_config()
+    if backend not in _DIGESTS:
+        ref = Trainer(cfg, backend=backend)
+        ref.run()
+        _DIGESTS[backend] = ref.digest()
+    module, attr = draw(st.sampled_from([p for p in _STEP_POINTS]))
+    owner = importlib.import_module(module)
+    *path, name = attr.split(".")
+    for part in path:
+        owner = getattr(owner, part, None)
+    if owner is None or not hasattr(owner, name):
+        return  # this point does not exist in this version of the library
+    t = Trainer(cfg, backend=backend)
+    undo = _interrupting(owner, name, draw(st.integers(1, 12)), draw(st.booleans()))
+    try:
+        try:
+            t.run()
+        except _Interrupt:
+            pass
+    finally:
+        undo()
+    if draw(st.booleans()):
+        with tempfile.TemporaryDirectory(prefix="mojolike-fuzz-") as folder:
+            path_ = os.path.join(folder, "ckpt.npz")
+            saved = call("mojolike.train.Trainer.save", lambda: t.save(path_), [])
+            if saved is None:
+                raise Broken("mojolike.train.Trainer.save: refused the state an interrupt left")
+            t = call("mojolike.train.Trainer.load", lambda: Trainer.load(path_, backend=backend), [])
+            if t is None:
+                raise Broken("mojolike.train.Trainer.load: refused the checkpoint of an "
+                             "interrupted run")
+    try:
+        t.run()
+    except Exception as e:
+        raise Broken(f"mojolike.train.Trainer.run: after an interrupt at {attr}: "
+                     f"{type(e).__name__}: {e}") from e
+    if t.digest() != _DIGESTS[backend]:
+        raise Broken(f"mojolike.train.Trainer: interrupted at {attr}, the continued run's digest "
+                     f"{t.digest()} differs from the uninterrupted {_DIGESTS[backend]}")
+
+
+def distributed_failures(draw):
+    """A two-rank gloo world runs a drawn scenario of all-reduces and steps with one fault per
+    call (a bad argument, an inf, a transport call that raises, a rank that exits or stalls):
+    what returns has the one-process bits, what raises is Refusal or CollectiveFailed with the
+    gradients untouched, and no rank hangs (tests/fuzzing_dist.py)."""
+    import fuzzing_dist as fd
+    from mojolike._distributed_local import launch
+    scenario = [[draw(st.booleans()), draw(st.sampled_from(fd.FAULTS)), draw(st.integers(0, 1)),
+                 draw(st.integers(1, 6))] for _ in range(draw(st.integers(1, 3)))]
+    results = launch(2, f"{fd.__file__}:job_scenario", {"scenario": scenario}, timeout=90)
+    broken = fd.check(scenario, results, 2)
+    if broken:
+        raise Broken(f"mojolike.distributed: scenario {scenario}: {broken}")
+
+
+_BASE_FOLDER = tempfile.mkdtemp(prefix="mojolike-fuzz-base-")
+
+
 TARGETS = [Target(f.__name__, f) for f in (sums, crmath, cross_entropy, optimizer, schedule,
-                                          generator, philox, gradients, state_files)]
+                                          generator, philox, gradients, state_files)] + [
+    Target("hostile_files", hostile_files, weight=0.25, ci=40),
+    Target("interrupts", interrupts, weight=0.05, ci=12),
+    Target("distributed_failures", distributed_failures, weight=0.002, ci=2, shrink=False)]
