@@ -13,6 +13,8 @@ when a function here is called, and refused by name when it is missing.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime
 import threading
 import time
@@ -21,15 +23,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import checks
-from ._distributed_wire import Header, agree, local_header
-from .refusals import refuse
+from ._distributed_wire import (DIVERGED, WROTE, Header, Ledger, RanksDiverged, agree,
+                                local_header, step_fields)
+from ._optim_base import _Optimizer
+from .refusals import Refusal, refuse
 
 ENTRY = "mojolike.distributed.all_reduce_grads"
+STEP = "mojolike.distributed.step"
 TIMEOUT_S = 300.0  # a rank that has not joined within this is taken as dead
+_ledger = Ledger()  # every group's call count and last outcome in this process
 
 
 class CollectiveFailed(RuntimeError):
-    """A rank exited or stalled during the reduction; nothing was written on this rank."""
+    """A rank exited or stalled during the reduction, or the transport failed; nothing was
+    written on this rank."""
 
 
 @dataclass(frozen=True)
@@ -96,26 +103,107 @@ def _timeout(entry: str, timeout) -> float:
 class _Clock:
     """One deadline for every wait of a call: the whole call waits at most `timeout` seconds."""
 
-    def __init__(self, timeout: float, world: int, rank: int):
+    def __init__(self, entry: str, timeout: float, world: int, rank: int):
         self.deadline = time.monotonic() + timeout
-        self.timeout, self.world, self.rank = timeout, world, rank
+        self.entry, self.timeout, self.world, self.rank = entry, timeout, world, rank
+
+    def round(self, what: str, start, *args, **kwargs) -> None:
+        """Start one transport operation and wait for it. Whatever the transport raises, when the
+        operation starts (gloo's "Connection closed by peer") or while it is waited for, becomes
+        CollectiveFailed naming the round."""
+        try:
+            works = start(*args, **kwargs)
+        except Exception as e:
+            self.fail(what, e)
+        self.wait(works, what)
 
     def wait(self, works, what: str) -> None:
         for w in works if isinstance(works, list) else [works]:
             left = max(0.001, self.deadline - time.monotonic())
             try:
                 ok = w.wait(timeout=datetime.timedelta(seconds=left))
-            except RuntimeError as e:
+            except Exception as e:
                 self.fail(what, e)
             if ok is False:
                 self.fail(what, "the wait returned without completing")
 
     def fail(self, what: str, why) -> None:
-        raise CollectiveFailed(
-            f"{ENTRY}: {what} did not complete on rank {self.rank} of {self.world} within "
-            f"timeout={self.timeout:g} s ({str(why).strip()[:300]}): a rank exited or stalled. "
-            f"Nothing was written to grads on this rank; the process group cannot be trusted "
-            f"after this (destroy it and restart the job from a checkpoint).")
+        # the last round is the one no protocol makes atomic: the peers may have finished it
+        peers = (" The other ranks may have completed the call and written theirs: the next call "
+                 "on this group finds that out and then refuses on every rank (RanksDiverged, "
+                 "contracts/distributed.md clause 18)." if what == _LAST else "")
+        failed = CollectiveFailed(
+            f"{self.entry}: {what} did not complete on rank {self.rank} of {self.world} within "
+            f"timeout={self.timeout:g} s ({str(why).strip()[:300]}): a rank exited or stalled, or "
+            f"the transport failed. Nothing was written to grads on this rank; the process group "
+            f"cannot be trusted after this (destroy it and restart the job from a "
+            f"checkpoint).{peers}")
+        raise failed from (why if isinstance(why, BaseException) else None)
+
+
+_LAST = "the final agreement"
+
+
+class _Call:
+    """One call's transport: torch, the group, this rank, the clock, what moved. Made before any
+    message, so its refusals are this rank's alone (the others cannot agree without it)."""
+
+    def __init__(self, entry: str, group, timeout):
+        self.entry = entry
+        self.t0 = time.perf_counter()
+        _, self.dist = _torch(entry)
+        self.g, self.rank, self.world = _group(entry, self.dist, group)
+        self.clock = _Clock(entry, _timeout(entry, timeout), self.world, self.rank)
+        self.elements = self.sent = self.received = 0
+
+    @contextlib.contextmanager
+    def reduced(self, local):
+        """Agree, reduce, and yield the reduced flat gradient (a workspace buffer, valid inside the
+        block); the caller writes its buffers inside and then calls `wrote`."""
+        number, previous = _ledger.begin(self.g)
+        mine = dataclasses.replace(local.header, sequence=number, previous=previous)
+        headers = self._headers(mine)
+        try:
+            agree(self.entry, self.rank, headers, mine)
+        except RanksDiverged:
+            _ledger.end(self.g, DIVERGED)
+            raise
+        n = self.elements = headers[0].elements
+        cuts = slices(n, self.world)
+        flat = local.flat if local.flat is not None else np.concatenate(local.views)
+        size = cuts[self.rank][1] - cuts[self.rank][0]
+        key, (recv, out) = _workspace(self.world * size, n)
+        try:
+            self.sent, self.received = _reduce(self, flat, cuts, local.k, recv, out)
+            yield out
+        finally:
+            _release(key, (recv, out))
+
+    def wrote(self) -> None:
+        _ledger.end(self.g, WROTE)
+
+    def exchange(self) -> Exchange:
+        control = 2 * (self.world - 1) * Header.BYTES + 2 * (self.world - 1) * 8
+        return Exchange(self.world, self.elements, self.sent, self.received, control,
+                        time.perf_counter() - self.t0)
+
+    def _headers(self, mine: Header) -> list[Header]:
+        import torch
+        mine_t = torch.from_numpy(mine.pack())
+        got = [torch.empty_like(mine_t) for _ in range(self.world)]
+        self.clock.round("the header exchange", self.dist.all_gather, got, mine_t, group=self.g,
+                         async_op=True)
+        headers = []
+        for r, t in enumerate(got):
+            try:
+                headers.append(Header.unpack(t.numpy()))
+            except ValueError:
+                refuse(self.entry, "group", f"received from rank {r} a header of another format: "
+                                            f"mojolike versions differ between the ranks, or their "
+                                            f"calls no longer pair up after a call that failed on "
+                                            f"some ranks only; restore every rank from one "
+                                            f"checkpoint and start a new process group")
+        return headers
 
 
 def all_reduce_grads(grads, tokens=None, group=None, *, timeout=TIMEOUT_S, numeric_mode=None,
@@ -136,9 +224,12 @@ def all_reduce_grads(grads, tokens=None, group=None, *, timeout=TIMEOUT_S, numer
     (tensor count and shapes), different numeric modes, tokens given on some ranks
     only, non-finite gradients, and in identical mode tokens that are not aligned
     (`mojolike.accumulation_is_aligned(tokens of every rank, W)` is False). A rank
-    that exits or stalls makes the others raise `CollectiveFailed` within `timeout`
-    seconds (the whole call; the group's own timeout also applies); every rank writes
-    its gradients only after every rank reported its slice reduced.
+    that exits or stalls, or a transport that fails, makes the others raise
+    `CollectiveFailed` within `timeout` seconds (the whole call; the group's own timeout
+    also applies); every rank writes its gradients only after every rank reported its
+    slice reduced. A failure in that last round can reach some ranks only; the next call
+    on the group then raises `RanksDiverged` (a Refusal, option "group") on every rank,
+    as does every later one (contracts/distributed.md clause 18).
 
     Reproducibility: the bits depend on the ranks' gradients and their order alone,
     never on the transport's algorithm; they are the same on every backend in
@@ -154,46 +245,42 @@ def all_reduce_grads(grads, tokens=None, group=None, *, timeout=TIMEOUT_S, numer
     (1, [array([ 1.5, -2. ], dtype=float32), array([3.], dtype=float32)])
     >>> dist.destroy_process_group()
     """
-    e = ENTRY
-    _, dist = _torch(e)
-    t0 = time.perf_counter()
-    g, rank, world = _group(e, dist, group)
-    clock = _Clock(_timeout(e, timeout), world, rank)
+    call = _Call(ENTRY, group, timeout)
     # every other check is made on each rank and agreed on by all of them, so they refuse together
-    mine, views, flat_in, k = local_header(e, grads, tokens, numeric_mode, backend, unknown)
-    headers = _exchange_headers(dist, g, world, mine, clock)
-    agree(e, rank, headers, mine)
-    n = headers[0].elements
-    cuts = slices(n, world)
-    flat = flat_in if flat_in is not None else np.concatenate(views)
-    out, sent, received = _reduce(dist, g, rank, world, flat, cuts, k, clock)
+    local = local_header(ENTRY, grads, tokens, numeric_mode, backend, unknown)
+    with call.reduced(local) as out:
+        _write(local.views, out)  # every rank reduced its slice: write the caller's buffers now
+        call.wrote()
+    return call.exchange()
+
+
+def _write(views, out: np.ndarray) -> None:
     start = 0
-    for v in views:  # every rank reduced its slice: write the caller's buffers now
+    for v in views:
         np.copyto(v, out[start:start + v.size])
         start += v.size
-    control = 2 * (world - 1) * Header.BYTES + 2 * (world - 1) * 8
-    return Exchange(world, n, sent, received, control, time.perf_counter() - t0)
 
 
-def _exchange_headers(dist, g, world, mine: Header, clock: _Clock) -> list[Header]:
+def _shaped(local, out: np.ndarray):
+    """The reduced gradient as views of `out` in the caller's layout (a list or one buffer)."""
+    parts, start = [], 0
+    for v, shape in zip(local.views, local.shapes):
+        parts.append(out[start:start + v.size].reshape(shape))
+        start += v.size
+    return parts if local.listed else parts[0]
+
+
+def _reduce(call: _Call, flat, cuts, k, recv, out):
+    """(payload bytes sent, received), the reduced flat gradient left in `out`: exchange the
+    slices, add this rank's W contributions by the pairwise tree, gather every slice, agree that
+    all succeeded. Every transport call goes through the clock's `round`."""
     import torch
-    mine_t = torch.from_numpy(mine.pack())
-    got = [torch.empty_like(mine_t) for _ in range(world)]
-    clock.wait(dist.all_gather(got, mine_t, group=g, async_op=True), "the header exchange")
-    return [Header.unpack(t.numpy()) for t in got]
-
-
-def _reduce(dist, g, rank, world, flat, cuts, k, clock):
-    """(the reduced flat gradient, payload bytes sent, received): exchange the slices, add this
-    rank's W contributions by the pairwise tree, gather every slice, agree that all succeeded."""
-    import torch
+    dist, g, rank, world, clock = call.dist, call.g, call.rank, call.world, call.clock
     lo, hi = cuts[rank]
     size = hi - lo
-    recv, out = _workspace(world * size, flat.size)
-    clock.wait(dist.all_to_all_single(torch.from_numpy(recv), torch.from_numpy(flat),
-                                      output_split_sizes=[size] * world,
-                                      input_split_sizes=[b - a for a, b in cuts],
-                                      group=g, async_op=True), "the slice exchange")
+    clock.round("the slice exchange", dist.all_to_all_single, torch.from_numpy(recv),
+                torch.from_numpy(flat), output_split_sizes=[size] * world,
+                input_split_sizes=[b - a for a, b in cuts], group=g, async_op=True)
     failed = None
     mine = out[lo:hi]
     try:
@@ -208,10 +295,9 @@ def _reduce(dist, g, rank, world, flat, cuts, k, clock):
             ops.append(dist.P2POp(dist.isend, torch.from_numpy(mine), peer, g))
             ops.append(dist.P2POp(dist.irecv, torch.from_numpy(out[a:b]), peer, g))
     if ops:
-        clock.wait(dist.batch_isend_irecv(ops), "the gather of the reduced slices")
+        clock.round("the gather of the reduced slices", dist.batch_isend_irecv, ops)
     status = torch.tensor([0 if failed is not None else 1], dtype=torch.int64)
-    clock.wait(dist.all_reduce(status, op=dist.ReduceOp.MIN, group=g, async_op=True),
-               "the final agreement")
+    clock.round(_LAST, dist.all_reduce, status, op=dist.ReduceOp.MIN, group=g, async_op=True)
     if failed is not None:
         raise failed
     if int(status[0]) != 1:
@@ -220,7 +306,7 @@ def _reduce(dist, g, rank, world, flat, cuts, k, clock):
     # slice out to W - 1 ranks, the other slices in. Sent and received are equal.
     others = sum(b - a for p, (a, b) in enumerate(cuts) if p != rank)
     moved = 4 * (others + (world - 1) * size)
-    return out, moved, moved
+    return moved, moved
 
 
 def _tree(rows: list[np.ndarray], k, result: np.ndarray) -> None:
@@ -239,25 +325,26 @@ def _tree(rows: list[np.ndarray], k, result: np.ndarray) -> None:
         np.copyto(result, level[0])
 
 
-_spare: dict = {}  # (recv, out) of the last call, reused by a call of the same sizes
+_spare: dict = {}  # (recv, out) of the last call that ended, reused by a call of the same sizes
 _spare_lock = threading.Lock()
 
 
-def _workspace(received: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Buffers for the received slices and the gathered result. The last call's are reused when
-    the sizes match (fresh pages cost a fault each on first touch); a call running beside another
-    one in this process gets new ones."""
-    if _spare_lock.acquire(blocking=False):
-        try:
-            got = _spare.pop((received, n), None)
-            if got is None:
-                _spare.clear()
-                got = np.empty(received, np.float32), np.empty(n, np.float32)
-            _spare[(received, n)] = got
-            return got
-        finally:
-            _spare_lock.release()
-    return np.empty(received, np.float32), np.empty(n, np.float32)
+def _workspace(received: int, n: int):
+    """(key, buffers for the received slices and the gathered result). The last call's are reused
+    when the sizes match (fresh pages cost a fault each on first touch); they are taken out while
+    a call uses them, so a call running beside another one in this process gets new ones."""
+    key = (received, n)
+    with _spare_lock:
+        got = _spare.pop(key, None)
+    if got is None:
+        got = np.empty(received, np.float32), np.empty(n, np.float32)
+    return key, got
+
+
+def _release(key, buffers) -> None:
+    with _spare_lock:
+        _spare.clear()
+        _spare[key] = buffers
 
 
 def step(optimizer, grads, tokens=None, group=None, *, timeout=TIMEOUT_S, **step_options):
@@ -266,7 +353,13 @@ def step(optimizer, grads, tokens=None, group=None, *, timeout=TIMEOUT_S, **step
 
     Every rank holds the same parameters before the step, so every rank holds the same
     parameters after it: the single-process step on the accumulated gradient, bit for bit.
-    A refusal or a failed reduction raises before the optimizer is touched.
+    Before anything is sent, every rank checks its step (the optimizer's own checks of
+    `step_options` and `grads`, writing nothing) and the header round agrees on it: a
+    step refused on one rank, step options that differ between ranks, or optimizers whose
+    type, hyperparameters or step count differ, make every rank raise the same Refusal,
+    named `mojolike.distributed.step`, with every buffer and attribute as it was. The sums
+    are written to `grads` only once the optimizer has stepped on them; a step refused
+    after the reduction (a sum whose norm overflows) leaves `grads` as they were too.
 
     Reproducibility: as `all_reduce_grads` and the optimizer's step (contracts/step.md).
 
@@ -279,6 +372,16 @@ def step(optimizer, grads, tokens=None, group=None, *, timeout=TIMEOUT_S, **step
     (4.582575798034668, array([ 0.5,  0. , -1. ], dtype=float32))
     >>> dist.destroy_process_group()
     """
-    all_reduce_grads(grads, tokens, group, timeout=timeout, backend=optimizer.backend,
-                     numeric_mode=optimizer.numeric_mode)
-    return optimizer.step(grads, **step_options)
+    call = _Call(STEP, group, timeout)
+    ours = isinstance(optimizer, _Optimizer)  # else step_fields refuses it, in the header round
+    local = local_header(STEP, grads, tokens, optimizer.numeric_mode if ours else None,
+                         optimizer.backend if ours else None, {},
+                         check=lambda: step_fields(STEP, optimizer, grads, step_options))
+    with call.reduced(local) as out:
+        try:
+            result = optimizer.step(_shaped(local, out), **step_options)
+        except Refusal as r:
+            raise r.at(STEP) from None
+        _write(local.views, out)  # the clipped sums, when the clip is in place
+        call.wrote()
+    return result

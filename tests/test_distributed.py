@@ -163,6 +163,110 @@ def job_stalls(rank: int, world: int) -> dict:
                 "untouched": [a.tobytes() for a in g] == before}
 
 
+def job_step_refusals(rank: int, world: int) -> dict:
+    """Each row: a step option that one rank or every rank gets wrong; every rank must refuse it
+    by name as mojolike.distributed.step before anything moves. Then one good step."""
+    from mojolike import distributed as md
+    w = [np.zeros(3, np.float32)]
+    opt = mojolike.SGD(w, lr=1.0, backend=BACKEND)
+    other = mojolike.SGD([np.zeros(3, np.float32)], lr=0.5 if rank == 1 else 1.0, backend=BACKEND)
+    rows = {  # name: (the expected option, the ranks that get it wrong, step's keywords there)
+        "negative max_norm": ("max_norm", (0, 1), dict(max_norm=-1.0)),
+        "clip on one rank": ("clip", (1,), dict(max_norm=1.0, clip="sideways")),
+        "closure on one rank": ("closure", (0,), dict(closure=print)),
+        "max_norm differs": ("max_norm", (1,), dict(max_norm=2.0)),
+        "gate on one rank": ("update_gate", (1,), dict(max_norm=1.0, update_gate=False)),
+        "grads of another shape": ("grads[0]", (0, 1), dict(grads=[np.ones(4, np.float32)])),
+        "optimizer differs": ("optimizer", (0, 1), dict(optimizer=other, max_norm=1.0)),
+        # every rank's gradient is finite, their sum is not: refused after the reduction
+        "sums overflow": ("grads", (0, 1), dict(grads=[np.full(3, 3e38, np.float32)])),
+    }
+    got = {}
+    for name, (expect, bad, change) in rows.items():
+        g = [np.full(3, rank + 1.0, np.float32)]
+        kw = dict(optimizer=opt, grads=g, max_norm=1.0)
+        if rank in bad:
+            kw.update(change)
+        before = [a.tobytes() for a in kw["grads"] + w]
+        try:
+            md.step(tokens=None, **kw)
+            got[name] = "not refused"
+        except mojolike.Refusal as e:
+            named = e.option == expect and e.entry_point == "mojolike.distributed.step" and \
+                str(e).startswith(f"mojolike.distributed.step: {expect}")
+            got[name] = e.option if named else f"{e.option} ({e})"
+        if [a.tobytes() for a in kw["grads"] + w] != before or opt.t != 0:
+            got[name] = "a buffer or the step count changed"
+    g = [np.full(3, rank + 1.0, np.float32)]
+    md.step(opt, g, max_norm=100.0)
+    return {"refused": got, "params": w[0], "grads": g[0], "t": opt.t}
+
+
+def job_transport_raises(rank: int, world: int, name: str) -> dict:
+    """Rank 1 exits where it would make the transport call `name`; rank 0's call raises what gloo
+    raises when the peer is gone, from the call itself."""
+    import torch.distributed as dist
+    from mojolike import distributed as md
+
+    def gone(*args, **kwargs):
+        if rank == 1:
+            os._exit(7)
+        raise (dist.DistBackendError if name == "batch_isend_irecv" else RuntimeError)(
+            "[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1 (injected)")
+    setattr(dist, name, gone)
+    g = _microbatch(0, rank)
+    before = [a.tobytes() for a in g]
+    try:
+        md.all_reduce_grads(g, tokens=2048, backend=BACKEND, timeout=30)
+        return {"raised": "nothing"}
+    except Exception as e:
+        return {"raised": type(e).__name__, "message": str(e),
+                "untouched": [a.tobytes() for a in g] == before}
+
+
+def job_last_round_fails_on_one_rank(rank: int, world: int) -> dict:
+    """Rank 1's last round completes and is then reported failed (its timeout, injected): rank 0
+    writes the sums, rank 1 raises. Every later call on the group must refuse on both ranks; a
+    new group works."""
+    import torch.distributed as dist
+    from mojolike import distributed as md
+    if rank == 1:
+        real = md._Clock.wait
+
+        def wait(self, works, what):
+            real(self, works, what)
+            if what == "the final agreement":
+                self.fail(what, "injected: the wait timed out after the round completed")
+        md._Clock.wait = wait
+    g = [np.full(5, rank + 1.0, np.float32)]
+    out = {}
+    try:
+        md.all_reduce_grads(g, backend=BACKEND)
+        out["first"] = "returned"
+    except md.CollectiveFailed as e:
+        out["first"] = "CollectiveFailed"
+        out["first_message"] = str(e)
+    if rank == 1:
+        md._Clock.wait = real
+    out["after_first"] = g[0].tolist()
+    w = [np.zeros(5, np.float32)]
+    opt = mojolike.SGD(w, lr=1.0, backend=BACKEND)
+    for i, call in enumerate((lambda: md.all_reduce_grads(g, backend=BACKEND),
+                              lambda: md.step(opt, g, max_norm=10.0))):
+        before = g[0].tobytes() + w[0].tobytes()
+        try:
+            call()
+            out[f"later{i}"] = "returned"
+        except md.RanksDiverged as e:
+            out[f"later{i}"] = [e.option, str(e)]
+        out[f"later{i}_untouched"] = g[0].tobytes() + w[0].tobytes() == before
+    fresh = dist.new_group([0, 1])
+    h = [np.full(5, rank + 1.0, np.float32)]
+    md.all_reduce_grads(h, group=fresh, backend=BACKEND)
+    out["fresh"] = h[0].tolist()
+    return out
+
+
 # -- tests ----------------------------------------------------------------------------------------
 def _ok(runs):
     for r in runs:
@@ -359,3 +463,100 @@ def test_the_readme_torchrun_example_gives_both_ranks_one_process_bits(tmp_path)
     sums = dict(re.findall(r"rank (\d+): checksum (-?\d+(?:\.\d+)?(?:e[-+]?\d+)?)", run.stdout))
     assert sorted(sums) == ["0", "1"] and sums["0"] == sums["1"], run.stdout
     assert "rank 0: equal to one process: True" in run.stdout, run.stdout
+
+
+def test_step_refuses_every_bad_step_option_on_every_rank_before_anything_moves():
+    runs = _ok(launch(2, f"{HERE}:job_step_refusals", timeout=120))
+    want = {"negative max_norm": "max_norm", "clip on one rank": "clip",
+            "closure on one rank": "closure", "max_norm differs": "max_norm",
+            "gate on one rank": "update_gate", "grads of another shape": "grads[0]",
+            "optimizer differs": "optimizer", "sums overflow": "grads"}
+    for r in runs:
+        assert r.values["refused"] == want, r.rank
+        # one good step after the refusals: the sum 1 + 2 stepped once, as in one process
+        assert r.arrays["params"].tolist() == [-3.0] * 3 and r.values["t"] == 1, r.rank
+        assert r.arrays["grads"].tolist() == [3.0] * 3, r.rank
+
+
+@pytest.mark.parametrize("name", ["all_gather", "all_to_all_single", "batch_isend_irecv",
+                                  "all_reduce"])
+def test_a_transport_call_that_raises_becomes_collective_failed_naming_its_round(name):
+    runs = launch(2, f"{HERE}:job_transport_raises", {"name": name}, timeout=120)
+    assert runs[1].returncode == 7
+    v = runs[0].values
+    rounds = {"all_gather": "the header exchange", "all_to_all_single": "the slice exchange",
+              "batch_isend_irecv": "the gather of the reduced slices",
+              "all_reduce": "the final agreement"}
+    assert v["raised"] == "CollectiveFailed" and v["untouched"], v
+    assert rounds[name] in v["message"] and "Connection closed by peer" in v["message"], v
+    assert "Nothing was written to grads on this rank" in v["message"], v
+
+
+def test_a_last_round_that_fails_on_one_rank_only_makes_every_later_call_refuse_on_every_rank():
+    runs = _ok(launch(2, f"{HERE}:job_last_round_fails_on_one_rank", timeout=120))
+    zero, one = runs[0].values, runs[1].values
+    assert zero["first"] == "returned" and zero["after_first"] == [3.0] * 5
+    assert one["first"] == "CollectiveFailed" and one["after_first"] == [2.0] * 5
+    assert "clause 18" in one["first_message"], one["first_message"]
+    for v in (zero, one):
+        option, message = v["later0"]
+        assert option == "group" and "diverged" in message and "call 1" in message, message
+        assert "ranks [0]" in message and "ranks [1]" in message and "checkpoint" in message
+        option, message = v["later1"]
+        assert option == "group" and message.startswith("mojolike.distributed.step: group "), message
+        assert v["later0_untouched"] and v["later1_untouched"]
+        assert v["fresh"] == [3.0] * 5  # a new process group starts clean
+
+
+def _header(**kw):
+    return wire.Header(False, 1, 3, 1, True, -1, 0, **kw)
+
+
+def test_ranks_at_different_calls_refuse_together_as_diverged():
+    h = [_header(sequence=4), _header(sequence=3)]
+    for rank in (0, 1):
+        with pytest.raises(wire.RanksDiverged) as e:
+            wire.agree("e", rank, h, h[rank])
+        assert e.value.option == "group" and "rank 0: call 4, rank 1: call 3" in str(e.value)
+
+
+def test_a_group_that_diverged_stays_refused_on_every_later_call():
+    ledger, group = wire.Ledger(), type("Group", (), {})()
+    assert ledger.begin(group) == (1, wire.NOTHING)
+    ledger.end(group, wire.DIVERGED)
+    for n in (2, 3):
+        number, previous = ledger.begin(group)
+        ledger.end(group, wire.WROTE)
+        assert (number, previous) == (n, wire.DIVERGED)
+        h = [_header(sequence=n, previous=previous), _header(sequence=n, previous=wire.NOTHING)]
+        with pytest.raises(wire.RanksDiverged, match="diverged in an earlier call on ranks \\[0\\]"):
+            wire.agree("e", 1, h, h[1])
+
+
+def test_step_options_that_differ_between_ranks_are_refused_by_name_with_both_values():
+    one = (1, int(np.float64(1.0).view(np.int64)), -1, 0, 1)
+    two = (1, int(np.float64(2.0).view(np.int64)), -1, 0, 1)
+    h = [_header(step=one), _header(step=two)]
+    for rank in (0, 1):
+        with pytest.raises(mojolike.Refusal) as e:
+            wire.agree("e", rank, h, h[rank])
+        assert e.value.option == "max_norm" and "1.0 on rank 0, 2.0 on rank 1" in str(e.value)
+    with pytest.raises(mojolike.Refusal) as e:
+        wire.agree("e", 0, [_header(step=one), _header()], None)
+    assert e.value.option == "optimizer" and "all_reduce_grads" in str(e.value)
+
+
+def test_a_header_keeps_the_call_number_the_previous_outcome_and_the_step_through_the_wire():
+    h = _header(sequence=9, previous=wire.WROTE, step=(1, 5, -1, 1, 0), optimizer=-77)
+    assert wire.Header.unpack(h.pack()) == h
+    with pytest.raises(ValueError, match="another format"):
+        wire.Header.unpack(h.pack()[:-1])
+
+
+def test_a_call_beside_another_gets_its_own_workspace_and_the_next_call_reuses_it():
+    from mojolike import distributed as md
+    key, first = md._workspace(6, 4)
+    _, beside = md._workspace(6, 4)
+    assert not np.shares_memory(first[1], beside[1]) and not np.shares_memory(first[0], beside[0])
+    md._release(key, first)
+    assert md._workspace(6, 4)[1][1] is first[1]
