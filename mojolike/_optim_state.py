@@ -1,10 +1,13 @@
 """Optimizer state: checking a state_dict, and .npz state files without pickle.
 
 `save_state(path, state)` and `load_state(path)` add `.npz` to a path that does
-not end with it, so the pair is symmetric. A file is read member by member: each
-.npy header is checked against the bytes the archive actually holds before any
-array is allocated, so a damaged or hostile file is refused by name instead of
-raising whatever numpy or zipfile happen to raise.
+not end with it, so the pair is symmetric. A file is read in three steps, so
+that a damaged or hostile file is refused by name, with memory bounded by the
+file's own size, instead of raising whatever numpy or zipfile happen to raise:
+the archive's layout (the central directory against every local header: no
+duplicate names, no compressed members, no member overlapping another), then
+every .npy header against its member's size and against what the format holds,
+and only then each member's data, read once into its own array.
 
 >>> import os, tempfile, numpy as np
 >>> d = tempfile.mkdtemp()
@@ -16,11 +19,15 @@ raising whatever numpy or zipfile happen to raise.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
-import tempfile
+import secrets
+import struct
 import zipfile
+import zlib
+from typing import NamedTuple
 
 import numpy as np
 
@@ -154,12 +161,26 @@ def save_state(path, state, **unknown) -> None:
     write_npz(e, p, arrays, path, prefix=".mojolike-state-")
 
 
+def create_temp(folder: str, prefix: str, suffix: str) -> tuple[int, str]:
+    """(fd, path) of a new file in `folder` opened for writing, created with mode 0o666 less
+    the umask as open(2) applies it (tempfile.mkstemp's files are 0o600 whatever the umask,
+    so a saved file would not get the permissions its folder's users expect)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(folder, f"{prefix}{secrets.token_hex(8)}{suffix}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {folder}")
+
+
 def write_npz(entry: str, p: str, members: dict, path, *, prefix: str) -> None:
     """np.savez of `members` to the checked path p, through a temporary file beside it renamed
     over p, so the file is whole or absent; an OS error is refused as option `path`."""
     folder = os.path.dirname(os.path.abspath(p))
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".npz")
+        fd, tmp = create_temp(folder, prefix, ".npz")
     except OSError as err:
         refuse(entry, "path", f"cannot be written ({err})", value=path)
     try:
@@ -174,78 +195,185 @@ def write_npz(entry: str, p: str, members: dict, path, *, prefix: str) -> None:
         raise
 
 
+# -- reading: the archive's layout first, then the .npy headers, then the data ------------------
 _ALLOWED = {np.dtype("<f4"), np.dtype("<i8"), np.dtype("|b1")}
+_LOCAL = struct.Struct("<IHHHHHIIIHH")  # a zip local file header, 30 bytes
+_HEADER_MAX = 4096  # bytes of a member read for its .npy header; np.savez writes < 256
 
 
-def _member(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
-    """One .npy member, its header checked against its size before anything is allocated."""
-    if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
-        # stored members occupy their size on disk, so no header can claim more than the file
-        raise ValueError(f"member {info.filename!r} is compressed; state files are stored as "
-                         f"np.savez writes them")
-    with z.open(info) as f:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise ValueError(f"unsupported .npy version {version}")
-        if dtype not in _ALLOWED and dtype.kind != "U":
-            raise ValueError(f"has dtype {dtype}, which a state file never holds")
-        need = math.prod(shape) * dtype.itemsize
-        if need != info.file_size - f.tell():
-            raise ValueError(f"header claims shape {shape} ({need} bytes) but the member holds "
-                             f"{info.file_size - f.tell()} bytes")
-        data = f.read(need)
-    a = np.frombuffer(data, dtype=dtype)
-    return a.reshape(shape, order="F" if fortran else "C").copy()
+class Stored(NamedTuple):
+    """A stored (uncompressed) member: its data is size bytes of the file from start."""
+    name: str
+    start: int
+    size: int
+    crc: int
 
 
-def read_members(z: zipfile.ZipFile) -> dict[str, np.ndarray]:
-    """Every .npy member of an archive by name, each header checked before allocating."""
-    members = {}
-    for info in z.infolist():
-        if not info.filename.endswith(".npy"):
-            raise ValueError(f"holds {info.filename!r}, which is not a .npy member")
-        members[info.filename[:-4]] = _member(z, info)
+class Header(NamedTuple):
+    """A member's .npy header: the array it claims, and where its data begins in the file."""
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    fortran: bool
+    data: int
+
+
+def archive_index(f, file_size: int) -> dict[str, Stored]:
+    """Every .npy member of the zip open as f (by name, without '.npy'), from the central
+    directory and the local headers alone: nothing of any member's data is read.
+
+    Refused (ValueError) first: duplicate names, compressed or encrypted members, claimed
+    sizes adding up to more than the file, a local header that disagrees with the central
+    directory, members whose bytes overlap each other or the central directory. A zip
+    reader does not check these, so an archive of overlapping members (each member's data
+    holding every later member) would otherwise make a small file read as a huge one."""
+    z = zipfile.ZipFile(f)  # parses the central directory only (its size is within the file)
+    infos = z.infolist()
+    names = [i.filename for i in infos]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ValueError(f"holds member {dup!r} twice")
+    for i in infos:
+        if not i.filename.endswith(".npy"):
+            raise ValueError(f"holds {i.filename!r}, which is not a .npy member")
+        if i.compress_type != zipfile.ZIP_STORED or i.file_size != i.compress_size \
+                or i.flag_bits & 0x9:
+            raise ValueError(f"member {i.filename!r} is compressed, encrypted or streamed; "
+                             f"these files are stored as np.savez writes them")
+    claimed = sum(i.file_size for i in infos)
+    if claimed > file_size:
+        raise ValueError(f"has members claiming {claimed} bytes in a file of {file_size}")
+    members, spans = {}, []
+    for i in infos:
+        start = _local_data_start(f, i)
+        spans.append((i.header_offset, start + i.file_size, i.filename))
+        members[i.filename[:-4]] = Stored(i.filename[:-4], start, i.file_size, i.CRC)
+    spans.sort()
+    for (_, end, a), (begin, _, b) in zip(spans, spans[1:]):
+        if begin < end:
+            raise ValueError(f"has members {a!r} and {b!r} whose bytes overlap")
+    if spans and spans[-1][1] > z.start_dir:
+        raise ValueError(f"has member {spans[-1][2]!r} overlapping the central directory")
     return members
 
 
-def _read(z: zipfile.ZipFile) -> dict:
-    members = read_members(z)
-    for key in ("kind", "t"):
-        if key not in members or members[key].shape != ():
-            raise ValueError(f"has no scalar {key!r}")
-    state = {"kind": str(members.pop("kind")), "t": int(members.pop("t"))}
+def _local_data_start(f, info: zipfile.ZipInfo) -> int:
+    """Where a member's data starts, its local header checked against the central directory."""
+    f.seek(info.header_offset)
+    head = f.read(_LOCAL.size)
+    if len(head) != _LOCAL.size:
+        raise ValueError(f"member {info.filename!r} starts past the end of the file")
+    sig, _, flags, method, _, _, crc, csize, usize, n, m = _LOCAL.unpack(head)
+    rest = f.read(n + m)
+    name, extra = rest[:n], rest[n:]
+    if sig != 0x04034B50 or len(rest) != n + m or method != zipfile.ZIP_STORED or flags & 0x9 \
+            or name != info.orig_filename.encode("utf-8" if flags & 0x800 else "cp437") \
+            or crc != info.CRC:
+        raise ValueError(f"member {info.filename!r} has a local header that disagrees with "
+                         f"the central directory")
+    if 0xFFFFFFFF in (csize, usize):  # zip64: the sizes are in the extra field (np.savez)
+        csize = usize = _zip64_size(extra, info.filename)
+    if csize != info.compress_size or usize != info.file_size:
+        raise ValueError(f"member {info.filename!r} has a local size that disagrees with the "
+                         f"central directory")
+    return info.header_offset + _LOCAL.size + n + m
+
+
+def _zip64_size(extra: bytes, name: str) -> int:
+    at = 0
+    while at + 4 <= len(extra):
+        tag, size = struct.unpack_from("<HH", extra, at)
+        if tag == 1 and size >= 16:
+            usize, csize = struct.unpack_from("<QQ", extra, at + 4)
+            if usize == csize:
+                return usize
+            break
+        at += 4 + size
+    raise ValueError(f"member {name!r} has a damaged zip64 size")
+
+
+def npy_header(f, m: Stored) -> Header:
+    """The .npy header of member m, read from its first bytes (at most _HEADER_MAX), checked
+    against the member's size: the array it claims must fill the member exactly."""
+    f.seek(m.start)
+    b = io.BytesIO(f.read(min(m.size, _HEADER_MAX)))
+    version = np.lib.format.read_magic(b)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(b)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(b)
+    else:
+        raise ValueError(f"member {m.name!r} has unsupported .npy version {version}")
+    if dtype not in _ALLOWED and not (dtype.kind == "U" and dtype.byteorder in "<=|"):
+        raise ValueError(f"member {m.name!r} has dtype {dtype}, which these files never hold")
+    if any(d < 0 for d in shape):
+        raise ValueError(f"member {m.name!r} claims shape {shape}")
+    need, held = math.prod(shape) * dtype.itemsize, m.size - b.tell()
+    if need != held:
+        raise ValueError(f"member {m.name!r} claims shape {shape} ({need} bytes) but holds "
+                         f"{held} bytes")
+    return Header(dtype, tuple(shape), fortran, m.start + b.tell())
+
+
+def npy_data(f, m: Stored, h: Header) -> np.ndarray:
+    """The member's array, read straight into its own buffer and checked against its CRC."""
+    out = np.empty(h.shape, h.dtype, order="F" if h.fortran else "C")
+    raw = out.reshape(-1, order="A").view(np.uint8) if out.size else np.zeros(0, np.uint8)
+    f.seek(h.data)
+    if f.readinto(memoryview(raw)) != raw.size:
+        raise ValueError(f"member {m.name!r} ends past the end of the file")
+    f.seek(m.start)
+    crc = zlib.crc32(f.read(h.data - m.start))
+    if zlib.crc32(raw, crc) != m.crc:
+        raise ValueError(f"member {m.name!r} fails its CRC check; the file is damaged")
+    return out
+
+
+def _read(f, file_size: int) -> dict:
+    """The state in an open state file: every member's name, dtype and shape checked against
+    what a state holds (the scalars kind, t and the list counts read first, a few bytes
+    each) before any array's data is read."""
+    index = archive_index(f, file_size)
+    heads = {name: npy_header(f, m) for name, m in index.items()}
+
+    def scalar(name: str, fits) -> np.ndarray:
+        h = heads.get(name)
+        if h is None or h.shape != () or not fits(h.dtype):
+            raise ValueError(f"has no scalar {name!r}")
+        return npy_data(f, index[name], h)[()]
+
+    state = {"kind": str(scalar("kind", lambda d: d.kind == "U")),
+             "t": int(scalar("t", lambda d: d == np.int64))}
     if state["kind"] not in KINDS or state["t"] < 0:
         raise ValueError(f"holds kind {state['kind']!r} and t {state['t']}")
-    for key in sorted(k for k in members if k.endswith(".count")):
-        name, count = key[:-len(".count")], members.pop(key)
-        if count.shape != () or count.dtype != np.int64 or not 0 <= int(count) <= len(members):
+    lists, known = {}, {"kind", "t"}
+    for key in sorted(k for k in heads if k.endswith(".count")):
+        name = key[:-len(".count")]
+        count = int(scalar(key, lambda d: d == np.int64))
+        if not 0 <= count <= len(heads):
             raise ValueError(f"has a bad count for {name!r}")
-        items = []
-        for i in range(int(count)):
-            a = members.pop(f"{name}.{i}", None)
-            if a is None or a.dtype != np.float32:
-                raise ValueError(f"lacks float32 array {name}.{i}")
-            items.append(a)
-        state[name] = items
-    if "param_groups" in members:
-        a = members.pop("param_groups")
-        if a.shape != () or a.dtype.kind != "U":
-            raise ValueError("has a bad 'param_groups'")
-        state["param_groups"] = json.loads(str(a))
-    if "steps" in members:
-        a = members.pop("steps")
-        if a.dtype != np.int64 or a.ndim != 1:
-            raise ValueError("has a bad 'steps'")
-        state["steps"] = [int(x) for x in a]
-    for key in list(members):
-        a = members.pop(key)
-        if not key.endswith(_FLAG_SUFFIX) or a.dtype != np.bool_ or a.ndim != 1:
+        items = [f"{name}.{i}" for i in range(count)]
+        for item in items:
+            if item not in heads or heads[item].dtype != np.float32:
+                raise ValueError(f"lacks float32 array {item}")
+        lists[name] = items
+        known.update(items, [key])
+    for key, h in heads.items():
+        if key == "param_groups" and not (h.shape == () and h.dtype.kind == "U") \
+                or key == "steps" and not (h.dtype == np.int64 and len(h.shape) == 1):
+            raise ValueError(f"has a bad {key!r}")
+        if key not in known | {"param_groups", "steps"} and not (
+                key.endswith(_FLAG_SUFFIX) and h.dtype == np.bool_ and len(h.shape) == 1):
             raise ValueError(f"holds {key!r}, which is not part of a state")
-        state[key] = [bool(b) for b in a]
+    for name, items in lists.items():
+        state[name] = [npy_data(f, index[i], heads[i]) for i in items]
+    if "param_groups" in heads:
+        state["param_groups"] = json.loads(str(npy_data(f, index["param_groups"],
+                                                        heads["param_groups"])[()]))
+    if "steps" in heads:
+        state["steps"] = [int(x) for x in npy_data(f, index["steps"], heads["steps"])]
+    for key in heads:
+        if key.endswith(_FLAG_SUFFIX) and key not in known:
+            state[key] = [bool(b) for b in npy_data(f, index[key], heads[key])]
     return state
 
 
@@ -257,8 +385,8 @@ def load_state(path, **unknown) -> dict:
     checks.keywords(e, unknown, ("path",))
     p = _path(e, path)
     try:
-        with zipfile.ZipFile(p) as z:
-            return _read(z)
+        with open(p, "rb") as f:
+            return _read(f, os.fstat(f.fileno()).st_size)
     except Refusal:
         raise
     except OSError as err:
