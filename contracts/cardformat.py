@@ -35,11 +35,12 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .._optim_state import create_temp
 
 CANONICAL_NAN = np.uint32(0x7FC00000)
 
@@ -161,9 +162,10 @@ def card_md5(text: str) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file in the same folder, then rename over `path`."""
+    """Write through a temporary file in the same folder, then rename over `path`; the file
+    gets the permissions the umask gives a new file (not a temporary file's 0o600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = create_temp(str(path.parent), f".{path.name}.", ".tmp")
     try:
         with os.fdopen(fd, "w", newline="\n") as f:
             f.write(text)

@@ -282,7 +282,7 @@ def _zip64_size(extra: bytes, name: str) -> int:
     at = 0
     while at + 4 <= len(extra):
         tag, size = struct.unpack_from("<HH", extra, at)
-        if tag == 1 and size >= 16:
+        if tag == 1 and size >= 16 and at + 20 <= len(extra):
             usize, csize = struct.unpack_from("<QQ", extra, at + 4)
             if usize == csize:
                 return usize

@@ -1,6 +1,8 @@
 """Cards verify themselves: the trailer md5, the format line by line, the file and line named."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -107,3 +109,20 @@ def test_a_binary_file_is_refused_by_name(tmp_path):
 def test_card_errors_are_value_errors_not_refusals():
     from mojolike import Refusal
     assert issubclass(CardError, ValueError) and not issubclass(CardError, Refusal)
+
+
+def test_cards_and_metas_get_the_umasks_permissions_not_0600(tmp_path):
+    old = os.umask(0o022)
+    try:
+        for mask, mode in ((0o022, 0o644), (0o077, 0o600)):
+            os.umask(mask)
+            card, meta = tmp_path / f"{mask:o}.card", tmp_path / f"{mask:o}.meta.json"
+            cardformat.write_atomic(card, _card())
+            cardformat.write_json_atomic(meta, {"backend": "oracle"})
+            assert oct(card.stat().st_mode & 0o777) == oct(mode)
+            assert oct(meta.stat().st_mode & 0o777) == oct(mode)
+            assert parse(card.read_text(), str(card)).md5 == cardformat.card_md5(_card())
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["22.card", "22.meta.json", "77.card",
+                                                          "77.meta.json"]  # no temporary left

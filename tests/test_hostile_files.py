@@ -251,3 +251,25 @@ def test_read_refuses_a_checkpoint_of_overlapping_members_naming_the_path(tmp_pa
     with pytest.raises(Refusal) as e:
         ckpt.read("mojolike.train.Trainer.load", p, expect=_want)
     assert e.value.option == "path" and "claiming" in str(e.value)
+
+
+# -- permissions -------------------------------------------------------------------------------
+@pytest.fixture
+def umask():
+    """Set the process's umask for a test, restored afterwards."""
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+def test_state_files_and_checkpoints_get_the_umasks_permissions_not_0600(tmp_path, umask):
+    state = {"kind": "SGD", "t": 1, "momentum_buffer": [np.zeros(2, np.float32)]}
+    for mask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+        umask(mask)
+        mojolike.save_state(tmp_path / f"s{mask:o}", state)
+        written = ckpt.write("test", tmp_path / f"c{mask:o}", {"step": 1},
+                             {"w": np.ones(2, np.float32)})
+        assert oct(os.stat(tmp_path / f"s{mask:o}.npz").st_mode & 0o777) == oct(mode)
+        assert oct(os.stat(written).st_mode & 0o777) == oct(mode)
+    assert sorted(os.listdir(tmp_path)) == sorted(f"{k}{m:o}.npz" for k in "sc"
+                                                  for m in (0o022, 0o077, 0o002))
