@@ -44,21 +44,24 @@ True
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 from typing import NamedTuple
 
 import numpy as np
 
 from . import _checkpoint as ckpt
+from . import _train_checks as invariants
 from . import checks, data, registry
 from ._layers import embedding, embedding_backward
 from ._optim import AdamW
-from ._optim_grads import accumulate_grads
+from ._optim_grads import accumulate_grads, accumulation_is_aligned
 from ._outlier import OutlierDetector
 from ._rng import Generator
 from ._scaler import GradScaler
 from ._schedule import WarmupCosineLR
 from ._tape import Tape
+from ._train_rollback import Rollback, signals_held
 from ._train_config import TrainConfig
 from .contracts import cardformat
 from .models import TinyLM
@@ -98,6 +101,19 @@ def microbatch_rows(index: int, rows: int) -> int:
     return index * rows
 
 
+def _found_inf(scaler: GradScaler, optimizer) -> bool:
+    """Whether the scaler found an inf or NaN in this step's check (between step and update)."""
+    return bool(scaler._states[id(optimizer)]["found_inf"])
+
+
+def _takes_aligned() -> bool:
+    """Whether accumulate_grads takes `aligned` (an unaligned split is then asked for by name)."""
+    try:
+        return "aligned" in inspect.signature(accumulate_grads).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class Trainer:
     """A training run of `TrainConfig` on `backend`: the model, AdamW (two groups), the
     schedule, the GradScaler, the outlier gate, the dropout generator and the data position.
@@ -119,8 +135,9 @@ class Trainer:
     (2, 2, 2)
     """
 
-    def __init__(self, config=None, *, backend=None, numeric_mode=None, **unknown):
-        checks.keywords(_E, unknown, ("config", "backend", "numeric_mode"))
+    def __init__(self, config=None, *, backend=None, numeric_mode=None, memory_budget=None,
+                 **unknown):
+        checks.keywords(_E, unknown, ("config", "backend", "numeric_mode", "memory_budget"))
         c = TrainConfig() if config is None else config
         if not isinstance(c, TrainConfig):
             refuse(_E, "config", f"must be a mojolike.train.TrainConfig, not {type(c).__name__}")
@@ -131,6 +148,7 @@ class Trainer:
         if c.seq_len > len(self.stream) - 1:
             refuse(_E, "seq_len", f"must be at most {len(self.stream) - 1} (one window of the text)",
                    value=c.seq_len)
+        invariants.check_memory(_E, c, memory_budget)  # before the model is built
         self.model = TinyLM(c.d_model, c.d_hidden, c.vocab, c.dropout, None, c.chunk_size, c.seed,
                             **on)
         p = dict(self.model.named_parameters())
@@ -144,9 +162,15 @@ class Trainer:
         self.outlier = OutlierDetector(c.outlier_window)
         self.step = 0  # steps taken (applied or not): the data position is step * batch_size
         self.records: list[StepRecord] = []
+        rows = c.batch_size // c.microbatches
+        # whether the microbatches' sums are whole subtrees of the one batch's folds
+        self.microbatch_invariant = accumulation_is_aligned([rows * c.seq_len] * c.microbatches,
+                                                            c.microbatches)
+        self._threads = getattr(k, "get_num_threads", None)
         self._tape = Tape(**on)
         self._handles = [self._tape.param(p[k]) for k in ON_TAPE]
         self._mark = self._tape.mark()
+        self._rollback = Rollback(self)
 
     def __repr__(self) -> str:
         return f"Trainer(step={self.step}/{self.config.steps}, backend={self.backend!r})"
@@ -167,15 +191,36 @@ class Trainer:
         return out
 
     def train_step(self) -> StepRecord:
-        """Take the next step (see the module docstring) and return its record."""
+        """Take the next step (see the module docstring) and return its record.
+
+        A step is one transaction: the forward and backward change no state of the trainer
+        (the dropout stream is the generator's counter, taken at the commit), and the commit
+        (the gate, the scaler's step and update, the counters, the record) runs with SIGINT
+        and SIGTERM held (in the main thread), from a copy of everything it writes. An
+        exception before or inside it leaves every piece as it was before the step; a signal
+        that arrives during the commit is delivered once the step is complete."""
         c = self.config
         if self.step >= c.steps:
             refuse(f"{_E}.train_step", "steps", f"are all taken ({c.steps}); the run is complete")
-        n = self.step + 1
+        self._tape.reset_to(self._mark)  # nodes left by an interrupted step are dropped
+        stream = self.generator.state_dict()["counter"]
+        if stream >= 2**64:
+            self.generator.next_stream()  # refuses an exhausted generator by its own name
+        loss, named, tok = self._gradients(stream)
+        with signals_held():
+            self._rollback.save()
+            try:
+                return self._commit(loss, named, stream)
+            except BaseException:
+                self._rollback.restore()
+                raise
+
+    def _gradients(self, stream: int):
+        """(the step's loss, its gradients by name, the tokens): nothing of the trainer changes."""
+        c, n = self.config, self.step + 1
         tok, tgt = self.stream.windows(self.step * c.batch_size, c.batch_size, c.seq_len)
         if c.vocab < data.VOCAB:
             tok, tgt = tok % c.vocab, tgt % c.vocab
-        stream = self.generator.next_stream()
         scale = self.scaler.get_scale()
         rows, count = c.batch_size // c.microbatches, tok.size
         losses, grads, d_rows = [], [], []
@@ -187,26 +232,40 @@ class Trainer:
             grads.append(g)
             d_rows.append(dx)
         loss = pairwise(losses)
-        summed = grads[0] if len(grads) == 1 else accumulate_grads(
-            grads, [rows * c.seq_len] * c.microbatches, **self._on)
+        if len(grads) == 1:
+            summed = grads[0]
+        else:
+            # an unaligned split is asked for by name where accumulate_grads takes `aligned`
+            split = {} if self.microbatch_invariant or not _takes_aligned() else {"aligned": False}
+            summed = accumulate_grads(grads, [rows * c.seq_len] * c.microbatches, **split,
+                                      **self._on)
         named = dict(zip(ON_TAPE, summed))
         named["embed.weight"] = embedding_backward(np.concatenate(d_rows), tok.reshape(-1),
                                                    c.vocab, **self._on)
         if n in c.overflow_steps:
             named[OVERFLOW_CELL].reshape(-1)[0] = np.float32(np.inf)
+        return loss, named, tok
+
+    def _commit(self, loss: float, named: dict, stream: int) -> StepRecord:
+        """The gate, the scaler's step and update, the counters and the record."""
+        c, n = self.config, self.step + 1
+        if self.generator.next_stream() != stream:
+            raise RuntimeError("the dropout generator moved during the step")
         z = self.outlier.update(loss)
         gate = not (c.skip_lossz is not None and z > c.skip_lossz)
         t0 = self.optimizer.t
         norm = self.scaler.step(self.optimizer, [named[k] for k in DECAY + NO_DECAY],
                                 max_norm=c.max_norm, update_gate=gate)
-        self.scaler.update()
         applied = self.optimizer.t != t0
-        after = self.scaler.get_scale()
+        # the scaler's own decision, which a closed gate does not hide, not a comparison of
+        # scales, which says nothing once the scale is 0
+        skipped = _found_inf(self.scaler, self.optimizer)
+        self.scaler.update()
         rec = StepRecord(n, loss, math.nan if norm is None else norm,
-                         self.optimizer.lr_ if applied else math.nan, after, after < scale,
-                         not gate, z)
-        self.step = n
+                         self.optimizer.lr_ if applied else math.nan, self.scaler.get_scale(),
+                         skipped, not gate, z)
         self.records.append(rec)
+        self.step = n
         return rec
 
     def _microbatch(self, tok, tgt, first_row, stream, count, scale):
@@ -251,6 +310,11 @@ class Trainer:
                                               *o["buffer"]]))]
         return out
 
+    def threads(self) -> int | None:
+        """The backend's thread count as it reports it (numba's on cpu-numba, OpenMP's on
+        cpu-cffi); None for a backend without one. The bits do not depend on it."""
+        return None if self._threads is None else int(self._threads())
+
     def profile(self) -> str:
         """The run card's profile: the mode, and the md5 of the configuration and the text."""
         h = hashlib.md5(f"{self.config.key()} {self.stream.md5}".encode()).hexdigest()[:16]
@@ -269,14 +333,16 @@ class Trainer:
     def save(self, path, **unknown) -> str:
         """Write one checkpoint file (.npz, no pickle): the parameters, the optimizer's state,
         the scaler, the generator, the schedule and data positions, the outlier detector and
-        the records so far. Returns the path written (`.npz` added when missing)."""
+        the records so far. Returns the path written (`.npz` added when missing). A state
+        whose pieces disagree (`_train_checks.check_invariants`) is refused, nothing written."""
         e = f"{_E}.save"
         checks.keywords(e, unknown, ("path",))
+        self._check_state(e)
         opt = self.optimizer.state_dict()
         arrays = {f"param.{k}": a.copy() for k, a in self.model.named_parameters()}
         for name in ("exp_avg", "exp_avg_sq"):
             arrays.update({f"optimizer.{name}.{i}": a for i, a in enumerate(opt[name])})
-        arrays["records"] = np.float32([r[1:7] for r in self.records]).reshape(-1, len(RECORDS))
+        arrays["records"] = self._records_array()
         meta = {"format": FORMAT, "config": self.config.to_dict(), "text_md5": self.stream.md5,
                 "step": self.step, "lossz": [r.lossz for r in self.records],
                 "optimizer": {k: v for k, v in opt.items() if k not in ("exp_avg", "exp_avg_sq")},
@@ -285,43 +351,60 @@ class Trainer:
                 "schedule": {"config": self.schedule.config(), "t": self.optimizer.t}}
         return ckpt.write(e, path, meta, arrays)
 
+    def _records_array(self) -> np.ndarray:
+        return np.float32([r[1:7] for r in self.records]).reshape(-1, len(RECORDS))
+
+    def _check_state(self, e: str, contract: bool = False) -> None:
+        """Refuse a state whose pieces disagree (the step count, the records, the generator's
+        counter, the optimizer's step counts, the scaler, the outlier detector); `contract`:
+        see `_train_checks.check_invariants`."""
+        if self.scaler._states:
+            refuse(e, "scaler", "is between step() and update(); a checkpoint holds whole steps")
+        opt = self.optimizer
+        invariants.check_invariants(e, self.config, self.step, self._records_array(),
+                                    [r.lossz for r in self.records],
+                                    {"t": opt.t, "steps": list(opt._steps)},
+                                    self.scaler.state_dict(), self.generator.state_dict(),
+                                    self.outlier.state_dict(), contract=contract)
+
     @classmethod
-    def load(cls, path, *, backend=None, numeric_mode=None, **unknown) -> Trainer:
-        """A Trainer continuing the run saved at `path` (on any backend); every part of the file
-        is checked before the trainer is returned."""
+    def load(cls, path, *, backend=None, numeric_mode=None, memory_budget=None,
+             **unknown) -> Trainer:
+        """A Trainer continuing the run saved at `path` (on any backend). The configuration is
+        checked first: the arrays it implies (`_train_checks.member_shapes`) against the
+        file's members, and its memory against the budget (`memory_budget=` bytes, else
+        $MOJOLIKE_TRAIN_MEMORY, else half the physical memory), before the model is built;
+        then every part of the file, and the invariants between the parts."""
         e = f"{_E}.load"
-        checks.keywords(e, unknown, ("path", "backend", "numeric_mode"))
-        meta, arrays = ckpt.read(e, path)
-        if meta.get("format") != FORMAT:
-            refuse(e, "path", f"is not a {FORMAT} file (format {str(meta.get('format'))[:40]!r})",
-                   value=path)
-        try:  # every part is checked by its own class, refused here under this entry's name
-            t = cls(TrainConfig.from_dict(meta.get("config")), backend=backend,
-                    numeric_mode=numeric_mode)
-            t._restore(e, meta, arrays)
-        except Refusal as r:
-            raise r.at(e) from None
-        except KeyError as err:
-            refuse(e, "path", f"lacks the checkpoint entry {err}", value=path)
-        except (TypeError, ValueError, AttributeError) as err:  # JSON of the wrong shape
-            refuse(e, "path", f"holds a malformed checkpoint entry ({type(err).__name__}: {err})",
-                   value=path)
+        checks.keywords(e, unknown, ("path", "backend", "numeric_mode", "memory_budget"))
+        if memory_budget is not None:
+            invariants.memory_budget(e, memory_budget)
+        expect = lambda meta: _as_load_refusal(e, path, _expected, e, meta, memory_budget)
+        if "expect" in inspect.signature(ckpt.read).parameters:
+            meta, arrays = ckpt.read(e, path, expect=expect)  # checked before any data is read
+        else:
+            meta, arrays = ckpt.read(e, path)
+        _check_members(e, arrays, expect(meta))
+        return _as_load_refusal(e, path, cls._continued, e, meta, arrays, backend, numeric_mode,
+                                memory_budget)
+
+    @classmethod
+    def _continued(cls, e, meta, arrays, backend, numeric_mode, memory_budget) -> Trainer:
+        t = cls(TrainConfig.from_dict(meta["config"]), backend=backend, numeric_mode=numeric_mode,
+                memory_budget=memory_budget)
+        t._restore(e, meta, arrays)
+        t._check_state(e, contract=True)
         return t
 
     def _restore(self, e: str, meta: dict, arrays: dict) -> None:
-        if meta["text_md5"] != self.stream.md5:
-            refuse(e, "text_md5", "differs from the shipped text's md5: the run trained on "
-                                  "another text")
         step = checks.integer(e, "step", meta["step"], low=0, high=self.config.steps)
         rec = arrays["records"]
         lossz = meta["lossz"]
         if rec.dtype != np.float32 or rec.shape != (step, len(RECORDS)) or \
                 not isinstance(lossz, list) or len(lossz) != step:
             refuse(e, "records", f"must hold {step} records of {len(RECORDS)} values")
-        for name, a in self.model.named_parameters():
-            got = arrays[f"param.{name}"]
-            if got.dtype != np.float32 or got.shape != a.shape:
-                refuse(e, f"param.{name}", f"must be a float32 array of shape {a.shape}")
+        if not all(isinstance(z, float) for z in lossz):
+            refuse(e, "lossz", "must be a list of floats (NaN while the window fills)")
         state = dict(meta["optimizer"])
         for name in ("exp_avg", "exp_avg_sq"):
             state[name] = [arrays[f"optimizer.{name}.{i}"] for i in range(len(DECAY + NO_DECAY))]
@@ -338,3 +421,47 @@ class Trainer:
         self.step = step
         self.records = [StepRecord(i + 1, *(float(v) for v in r[:4]), bool(r[4]), bool(r[5]),
                                    float(z)) for i, (r, z) in enumerate(zip(rec, lossz))]
+        if self._records_array().tobytes() != rec.tobytes():  # flags other than 0 and 1
+            refuse(e, "records", "hold values no step records (a skipped or gated flag other "
+                                 "than 0 or 1)")
+
+
+def _expected(e: str, meta: dict, memory_budget) -> dict:
+    """The members the checkpoint's configuration implies, once it is checked whole and its
+    memory is within the budget."""
+    if meta.get("format") != FORMAT:
+        refuse(e, "path", f"is not a {FORMAT} file (format {str(meta.get('format'))[:40]!r})")
+    if meta["text_md5"] != data.default_stream().md5:
+        refuse(e, "text_md5", "differs from the shipped text's md5: the run trained on another "
+                              "text")
+    c = TrainConfig.from_dict(meta["config"])
+    step = checks.integer(e, "step", meta["step"], low=0, high=c.steps)
+    invariants.check_memory(e, c, memory_budget)
+    return invariants.member_shapes(c, step, DECAY + NO_DECAY)
+
+
+def _check_members(e: str, arrays: dict, want: dict) -> None:
+    """The file's arrays are exactly the configuration's: names, dtypes and shapes."""
+    for name in want:
+        if name not in arrays:
+            refuse(e, "path", f"lacks the checkpoint entry {name!r}")
+    for name, a in arrays.items():
+        if name not in want:
+            refuse(e, "path", f"holds the member {name[:60]!r}, which is no part of a checkpoint")
+        dtype, shape = want[name]
+        if a.dtype != dtype or a.shape != shape:
+            refuse(e, name, f"must be a float32 array of shape {shape} (the configuration's), "
+                            f"not {a.dtype} of shape {a.shape}")
+
+
+def _as_load_refusal(e: str, path, fn, *args):
+    """fn(*args), any refusal or malformed entry it meets refused by Trainer.load's name."""
+    try:
+        return fn(*args)
+    except Refusal as r:
+        raise r.at(e) from None
+    except KeyError as err:
+        refuse(e, "path", f"lacks the checkpoint entry {err}", value=path)
+    except (TypeError, ValueError, AttributeError) as err:  # JSON of the wrong shape
+        refuse(e, "path", f"holds a malformed checkpoint entry ({type(err).__name__}: {err})",
+               value=path)

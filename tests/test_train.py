@@ -185,7 +185,12 @@ def test_a_checkpoint_that_does_not_fit_is_refused_by_name(tmp_path, edit, optio
     path = _tampered(tmp_path, edit)
     with pytest.raises(Refusal) as e:
         Trainer.load(path, backend="cpu-cffi")
-    assert e.value.option == option and e.value.entry_point == "mojolike.train.Trainer.load"
+    assert e.value.entry_point == "mojolike.train.Trainer.load"
+    if option in ("records", "param.fc1.bias") and e.value.option == "path":
+        # the reader compares the members' headers with what the meta implies, naming the member
+        assert f"'{option}'" in str(e.value) and "implies" in str(e.value)
+    else:
+        assert e.value.option == option
 
 
 def test_a_damaged_or_foreign_file_is_refused_naming_the_path(tmp_path):
@@ -292,3 +297,140 @@ def test_the_card_does_not_name_the_backend_and_its_profile_names_the_configurat
     other = Trainer(small(steps=1, overflow_steps=(), seed=1), backend="cpu-cffi").profile()
     assert other != t.profile()
     assert len(cardformat.records_of(card)) == 6 + 8 + 6
+
+
+# -- hostile checkpoints and the memory budget -----------------------------------------------------
+def _peak_bytes(fn) -> int:
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("d_model,d_hidden", [(2048, 65536), (4096, 2**20)])
+def test_load_refuses_a_config_edited_to_a_huge_model_before_building_it(tmp_path, d_model,
+                                                                          d_hidden):
+    path = _tampered(tmp_path, lambda m, a: m["config"].update(d_model=d_model, d_hidden=d_hidden))
+    box = {}
+
+    def load():
+        with pytest.raises(Refusal) as box["e"]:
+            Trainer.load(path, backend="cpu-numba")
+
+    assert _peak_bytes(load) < 2**22
+    e = box["e"].value
+    # the file's arrays contradict the configuration (named by the member, or by the reader under
+    # `path`), or (on a smaller machine, or for the larger model) it is above the memory budget
+    assert (e.option.startswith("param.") and "shape" in str(e)) or \
+        (e.option == "path" and "'param." in str(e) and "implies" in str(e)) or \
+        (e.option == "d_model, d_hidden" and "memory budget" in str(e))
+
+
+def test_load_refuses_a_member_no_checkpoint_holds(tmp_path):
+    path = _tampered(tmp_path, lambda m, a: a.update(extra=np.zeros(4, np.float32)))
+    with pytest.raises(Refusal) as e:
+        Trainer.load(path)
+    assert e.value.option == "path" and "'extra'" in str(e.value)
+
+
+def test_a_run_above_the_memory_budget_is_refused_naming_the_budget_and_how_to_raise_it():
+    with pytest.raises(Refusal) as e:
+        Trainer(small(), backend="cpu-numba", memory_budget=10_000)
+    assert e.value.option == "d_model, d_hidden" and e.value.entry_point == "mojolike.train.Trainer"
+    assert "memory_budget=" in str(e.value) and "MOJOLIKE_TRAIN_MEMORY" in str(e.value)
+    with pytest.raises(Refusal) as e:
+        Trainer(small(), memory_budget=0)
+    assert e.value.option == "memory_budget"
+
+
+def test_a_huge_batch_size_is_refused_when_the_trainer_is_made_not_at_its_first_step():
+    box = {}
+
+    def make():
+        with pytest.raises(Refusal) as box["e"]:
+            Trainer(small(batch_size=2**40, microbatches=1), backend="cpu-numba")
+
+    assert _peak_bytes(make) < 2**22
+    assert box["e"].value.option == "batch_size" and "bytes" in str(box["e"].value)
+
+
+def test_load_takes_its_budget_from_the_keyword_or_the_environment(tmp_path, monkeypatch):
+    t = Trainer(small(), backend="cpu-numba")
+    path = t.save(tmp_path / "c.npz")
+    monkeypatch.setenv("MOJOLIKE_TRAIN_MEMORY", "10000")
+    with pytest.raises(Refusal) as e:
+        Trainer.load(path)
+    assert e.value.entry_point == "mojolike.train.Trainer.load" and "10,000" in str(e.value)
+    assert Trainer.load(path, memory_budget=2**30).step == 0
+    monkeypatch.setenv("MOJOLIKE_TRAIN_MEMORY", "lots")
+    with pytest.raises(Refusal) as e:
+        Trainer.load(path)
+    assert e.value.option == "MOJOLIKE_TRAIN_MEMORY"
+
+
+# -- the invariants between the pieces of a checkpoint ---------------------------------------------
+def _set_t(m, t):
+    m["optimizer"].update(t=t, steps=[t] * 8)
+    m["schedule"]["t"] = t
+
+
+@pytest.mark.parametrize("edit,option", [
+    (lambda m, a: m["generator"].update(counter=2), "generator"),
+    (lambda m, a: m["generator"].update(seed=7), "generator"),
+    (lambda m, a: _set_t(m, 0), "optimizer"),
+    (lambda m, a: m["scaler"].update(_growth_tracker=0), "scaler"),
+    (lambda m, a: m["scaler"].update(scale=131072.0), "scaler"),
+    (lambda m, a: a["records"].__setitem__((0, 4), 0.5), "records"),
+    (lambda m, a: a["records"].__setitem__((0, 2), np.nan), "records"),
+    (lambda m, a: m.update(lossz=[1.0]), "lossz"),
+    (lambda m, a: m["outlier"].update(sum=m["outlier"]["sum"] + 1.0), "outlier"),
+    (lambda m, a: a["records"].__setitem__((0, 0), a["records"][0, 0] + 1), "outlier"),
+], ids=["counter", "seed", "optimizer-t", "tracker", "scale", "flag", "lr", "lossz", "outlier",
+        "loss"])
+def test_load_refuses_a_checkpoint_whose_pieces_disagree(tmp_path, edit, option):
+    with pytest.raises(Refusal) as e:
+        Trainer.load(_tampered(tmp_path, edit), backend="cpu-numba")
+    assert e.value.option == option and e.value.entry_point == "mojolike.train.Trainer.load"
+
+
+# -- skips, microbatches and the command's meta ----------------------------------------------------
+def test_every_step_at_scale_zero_is_recorded_as_skipped():
+    # 2^-149 backs off to 0 at the first skip (its inverse overflows, so that step skips too)
+    t = Trainer(small(init_scale=2.0**-149, overflow_steps=()), backend="cpu-numba")
+    r = t.run()
+    assert [x.scale for x in r] == [0.0] * 4
+    assert [x.skipped for x in r] == [True] * 4 and t.optimizer.t == 0
+
+
+def test_an_unaligned_split_is_asked_for_by_name_and_changes_no_bit(monkeypatch):
+    calls = []
+    real = train_mod.accumulate_grads
+
+    def accumulate(grads, tokens, *, aligned=None, **kw):  # the keyword's future form
+        calls.append(aligned)
+        return real(grads, tokens, **kw)
+
+    base = Trainer(small(), backend="cpu-numba")
+    base.run()
+    monkeypatch.setattr(train_mod, "accumulate_grads", accumulate)
+    t = Trainer(small(), backend="cpu-numba")
+    t.run()
+    assert not t.microbatch_invariant and calls == [False] * 4 and t.digest() == base.digest()
+    calls.clear()
+    aligned = Trainer(TrainConfig(steps=1, d_model=2, vocab=8, batch_size=16, seq_len=128,
+                                  warmup_steps=1), backend="cpu-numba")
+    aligned.run()
+    assert aligned.microbatch_invariant and calls == [None]
+
+
+def test_mojolike_train_meta_names_the_thread_count_and_the_version(tmp_path, capsys):
+    import numba
+    assert cli.main(["train", "--steps", "1", "--backend", "cpu-numba", "--out", str(tmp_path)]) == 0
+    meta = json.loads((tmp_path / "train.meta.json").read_text())
+    assert meta["threads"] == numba.get_num_threads() and meta["mojolike_version"] == \
+        mojolike.__version__
+    assert meta["microbatch_invariant"] is True
