@@ -109,17 +109,21 @@ def _factor(entry: str, name: str, v, *, above_one: bool) -> float:
     return d
 
 
-def _scale_value(entry: str, name: str, v) -> float:
-    """A positive scale as its binary32 value (torch fills a float32 tensor with it)."""
-    r = checks.real32(entry, name, v)
-    if r <= 0.0:
-        refuse(entry, name, f"must be > 0 (it is {r!r} in float32)", value=v)
+def _scale_value(entry: str, name: str, v, *, zero: bool = False) -> float:
+    """A positive scale as its binary32 value (torch fills a float32 tensor with it); with
+    `zero`, 0.0 too: update() backs off to 0 after enough skips, and a saved state holds it."""
+    r = checks.real32(entry, name, v) + 0.0  # one zero: the scale is a magnitude
+    if r < 0.0 or (r == 0.0 and not zero):
+        refuse(entry, name, f"must be {'>= 0' if zero else '> 0'} (it is {r!r} in float32)",
+               value=v)
     return r
 
 
+_INT32_MAX = 2**31 - 1  # torch's growth interval and tracker are int32
+
+
 def _interval(entry: str, v) -> int:
-    # torch's growth tracker is an int32 counter
-    return checks.integer(entry, "growth_interval", v, low=1, high=2**31 - 1)
+    return checks.integer(entry, "growth_interval", v, low=1, high=_INT32_MAX)
 
 
 def _inverse(scale: float) -> float:
@@ -372,40 +376,51 @@ class GradScaler:
                         self._scale = grown
                     self._growth_tracker = 0
                 else:
-                    self._growth_tracker = successful
+                    # a tracker past the interval (set_growth_interval lowered it) never equals
+                    # it again, as in torch; it stops at int32's top rather than wrap
+                    self._growth_tracker = min(successful, _INT32_MAX)
         self._states = {}
 
     # -- accessors and state ----------------------------------------------------------------------
-    def get_scale(self) -> float:
+    def get_scale(self, **unknown) -> float:
         """The current scale as a Python float (1.0 when disabled)."""
+        checks.keywords(f"{_ENTRY}.get_scale", unknown, ())
         return self._scale if self._enabled else 1.0
 
-    def get_growth_factor(self) -> float:
+    def get_growth_factor(self, **unknown) -> float:
+        checks.keywords(f"{_ENTRY}.get_growth_factor", unknown, ())
         return self._growth_factor
 
-    def set_growth_factor(self, new_factor) -> None:
+    def set_growth_factor(self, new_factor, **unknown) -> None:
+        checks.keywords(f"{_ENTRY}.set_growth_factor", unknown, ("new_factor",))
         self._growth_factor = _factor(f"{_ENTRY}.set_growth_factor", "new_factor", new_factor,
                                       above_one=True)
 
-    def get_backoff_factor(self) -> float:
+    def get_backoff_factor(self, **unknown) -> float:
+        checks.keywords(f"{_ENTRY}.get_backoff_factor", unknown, ())
         return self._backoff_factor
 
-    def set_backoff_factor(self, new_factor) -> None:
+    def set_backoff_factor(self, new_factor, **unknown) -> None:
+        checks.keywords(f"{_ENTRY}.set_backoff_factor", unknown, ("new_factor",))
         self._backoff_factor = _factor(f"{_ENTRY}.set_backoff_factor", "new_factor", new_factor,
                                        above_one=False)
 
-    def get_growth_interval(self) -> int:
+    def get_growth_interval(self, **unknown) -> int:
+        checks.keywords(f"{_ENTRY}.get_growth_interval", unknown, ())
         return self._growth_interval
 
-    def set_growth_interval(self, new_interval) -> None:
+    def set_growth_interval(self, new_interval, **unknown) -> None:
+        checks.keywords(f"{_ENTRY}.set_growth_interval", unknown, ("new_interval",))
         self._growth_interval = _interval(f"{_ENTRY}.set_growth_interval", new_interval)
 
-    def is_enabled(self) -> bool:
+    def is_enabled(self, **unknown) -> bool:
+        checks.keywords(f"{_ENTRY}.is_enabled", unknown, ())
         return self._enabled
 
-    def state_dict(self) -> dict:
+    def state_dict(self, **unknown) -> dict:
         """torch's keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker
-        (an empty dict when disabled)."""
+        (an empty dict when disabled); load_state_dict takes every state update() can reach."""
+        checks.keywords(f"{_ENTRY}.state_dict", unknown, ())
         if not self._enabled:
             return {}
         return {"scale": self._scale, "growth_factor": self._growth_factor,
@@ -432,11 +447,11 @@ class GradScaler:
                                 f"{', '.join(sorted(want))}")
         if missing:
             refuse(e, missing[0], "is missing")
-        scale = _scale_value(e, "scale", state_dict["scale"])
+        scale = _scale_value(e, "scale", state_dict["scale"], zero=True)
         growth = _factor(e, "growth_factor", state_dict["growth_factor"], above_one=True)
         backoff = _factor(e, "backoff_factor", state_dict["backoff_factor"], above_one=False)
         interval = _interval(e, state_dict["growth_interval"])
         tracker = checks.integer(e, "_growth_tracker", state_dict["_growth_tracker"], low=0,
-                                 high=2**31 - 1)
+                                 high=_INT32_MAX)
         self._scale, self._growth_factor, self._backoff_factor = scale, growth, backoff
         self._growth_interval, self._growth_tracker = interval, tracker

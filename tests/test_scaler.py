@@ -282,6 +282,78 @@ def test_state_dict_round_trip_resumes_identically_across_a_skip_and_a_growth(ba
     assert_unchanged(snapshot(params, opt, []), snapshot(params2, opt2, []), backend)
 
 
+def _updates(scaler, opt, finite: list[bool]) -> None:
+    """One step and update per entry: finite gradients, or an inf cell (a skip)."""
+    for ok in finite:
+        scaler.step(opt, np.float32([1.0, 2.0 if ok else np.inf]))
+        scaler.update()
+
+
+def _backed_off_to_zero(scaler, opt):
+    scaler.load_state_dict(dict(scaler.state_dict(), scale=2.0**-149))
+    _updates(scaler, opt, [False])  # 2**-150 rounds to 0 (ties to even), as torch's does
+
+
+def _grown_at_the_top(scaler, opt):
+    scaler.load_state_dict(dict(scaler.state_dict(), scale=2.0**127, growth_interval=1))
+    _updates(scaler, opt, [True])  # 2**128 is inf: the scale stays, the tracker restarts
+
+
+def _tracker_past_the_interval(scaler, opt):
+    _updates(scaler, opt, [True] * 5)
+    scaler.set_growth_interval(2)  # the tracker (5) never equals 2 again, as in torch
+
+
+def _tracker_at_the_int32_top(scaler, opt):
+    scaler.load_state_dict(dict(scaler.state_dict(), _growth_tracker=2**31 - 1))
+    _updates(scaler, opt, [True])
+
+
+REACHED = {"scale_zero": _backed_off_to_zero, "growth_at_the_top": _grown_at_the_top,
+           "tracker_past_interval": _tracker_past_the_interval,
+           "tracker_at_int32_top": _tracker_at_the_int32_top}
+
+
+def test_every_state_update_reaches_loads_back_and_then_behaves_the_same():
+    after = [True, False, True, True, False, True]
+    for name, reach in REACHED.items():
+        runs = []
+        for reload in (False, True):
+            w = np.float32([1.0, -1.0])
+            opt = mojolike.SGD(w, lr=0.5, backend="oracle")
+            scaler = mojolike.GradScaler(init_scale=2.0**10, growth_interval=10)
+            reach(scaler, opt)
+            if reload:
+                saved = scaler.state_dict()
+                scaler = mojolike.GradScaler()
+                scaler.load_state_dict(saved)
+                assert scaler.state_dict() == saved, name
+            trail = []
+            for ok in after:
+                _updates(scaler, opt, [ok])
+                trail.append((bits(scaler.get_scale()).tolist(), scaler.state_dict(), opt.t))
+            runs.append((trail, bits(w).tolist()))
+        assert runs[0] == runs[1], name
+
+
+def test_a_scaler_backed_off_to_zero_skips_every_step_before_and_after_a_reload():
+    w = np.float32([1.0, -1.0])
+    opt = mojolike.SGD(w, lr=0.5, backend="oracle")
+    scaler = mojolike.GradScaler()
+    skips = 0
+    while scaler.get_scale() > 0.0:
+        _updates(scaler, opt, [False])
+        skips += 1
+    assert skips == 166 and scaler.state_dict()["scale"] == 0.0  # 2**-150 rounds to 0
+    ours, theirs = mojolike.GradScaler(), torch.amp.GradScaler("cpu")
+    theirs.scale(torch.ones(()))
+    theirs.load_state_dict(scaler.state_dict())
+    ours.load_state_dict(scaler.state_dict())
+    _updates(ours, opt, [True, True])  # inv_scale is inf: every gradient reads as inf or NaN
+    assert opt.t == 0 and bits(w).tolist() == bits(np.float32([1.0, -1.0])).tolist()
+    assert ours.get_scale() == theirs.get_scale() == 0.0
+
+
 # -- refusals -------------------------------------------------------------------------------------
 def _stepped(scaler, opt, grads):
     scaler.step(opt, grads)
@@ -326,6 +398,8 @@ REFUSALS = [
      "state_dict", "disabled"),
     (None, lambda s, o, g: s.load_state_dict(dict(s.state_dict(), _growth_tracker=-1)),
      "mojolike.GradScaler.load_state_dict", "_growth_tracker", "[0, "),
+    (None, lambda s, o, g: s.load_state_dict(dict(s.state_dict(), scale=-2.0**-149)),
+     "mojolike.GradScaler.load_state_dict", "scale", ">= 0"),
     (None, lambda s, o, g: s.load_state_dict(dict(s.state_dict(), extra=1)),
      "mojolike.GradScaler.load_state_dict", "extra", "not part"),
     (None, lambda s, o, g: s.set_growth_factor(1.0), "mojolike.GradScaler.set_growth_factor",
