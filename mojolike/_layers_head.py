@@ -42,10 +42,11 @@ from ._loss import check_options, check_targets
 from .oracles import f32
 from .oracles import loss as loss_spec
 from .oracles.fold import CHUNK
-from .refusals import refuse
+from .refusals import Refusal, refuse
 
 ENTRY = "mojolike.chunked_lm_head_loss"
 MIN_BLOCK_ROWS = 32  # fewer rows per block would stream the weight too often for its GEMM
+_BUFFERS = 3  # rows x chunk buffers held at once (contracts/layers.md clause 10)
 _OPTIONS = ("hidden", "weight", "targets", "ignore_index", "reduction", "num_items",
             "return_grad", "label_smoothing", "chunk_size", "backend", "numeric_mode")
 
@@ -87,8 +88,11 @@ def chunked_lm_head_loss(hidden, weight, targets, ignore_index=-100, reduction="
     `hidden` (rows, width), `weight` (vocab, width), `targets` (rows,) class indices;
     `ignore_index`, `reduction`, `num_items`, `label_smoothing`, `return_grad` as in
     `mojolike.cross_entropy`; `chunk_size` a multiple of 1024 (the vocabulary is walked
-    in chunks of that many rows of `weight`). Returns the loss (a float, or (rows,)
-    float32 for reduction='none'), or (loss, d_hidden, d_weight) with `return_grad`.
+    in chunks of that many rows of `weight`; a chunk larger than the vocabulary is the
+    whole vocabulary). Returns the loss (a float, or (rows,) float32 for
+    reduction='none'), or (loss, d_hidden, d_weight) with `return_grad`. A call whose
+    rows x chunk buffers could not fit in this machine's memory is refused by name
+    (`chunk_size`) before anything is computed.
 
     Reproducibility: bit for bit `cross_entropy(linear(hidden, weight), ...)` and
     `linear_backward` of its gradient, for every chunk size, on every backend; a row's
@@ -121,6 +125,9 @@ def chunked_lm_head_loss(hidden, weight, targets, ignore_index=-100, reduction="
     s = loss_spec.host_scalars(ls, vocab, reduction, count)
 
     want_grad = checks.switch(e, "return_grad", return_grad)
+    # a chunk past the vocabulary is the whole vocabulary: the same chunks, the same way
+    size = min(size, -(-vocab // CHUNK) * CHUNK)
+    _check_memory(e, rows, min(size, vocab), chunk_size)
     run = _Run(e, k, h, w, t, kept, s, want_grad, size)
     block = rows * size // vocab  # rows whose logits fit the rows x chunk budget
     if block >= min(MIN_BLOCK_ROWS, rows):  # a block this small, or all rows in one block
@@ -143,6 +150,18 @@ def chunked_lm_head_loss(hidden, weight, targets, ignore_index=-100, reduction="
     return total, dh, dw
 
 
+def _check_memory(e: str, rows: int, width: int, chunk_size) -> None:
+    """Refuse, before anything is computed, a call whose rows x chunk buffers could not fit
+    in this machine's memory (an allocation would otherwise fail halfway, as MemoryError)."""
+    try:
+        checks.shape(e, "chunk_size", (_BUFFERS, rows, width))
+    except Refusal as r:
+        refuse(e, "chunk_size", f"needs {_BUFFERS} buffers of {rows} x {width} float32 logits "
+                                f"({_BUFFERS * rows * width * 4} bytes), more than this machine's "
+                                f"memory; pass a smaller chunk_size (the bits do not depend on "
+                                f"it) or fewer rows per call ({r.reason})", value=chunk_size)
+
+
 class _Run:
     """One call's two ways through the vocabulary; both give every cell's own fold, so the
     same bits (tests/test_layers.py runs both on the same inputs)."""
@@ -156,7 +175,7 @@ class _Run:
         self.chunks = [(c0, min(c0 + size, self.vocab)) for c0 in range(0, self.vocab, size)]
 
     def logits(self, h: np.ndarray, c0: int, c1: int) -> np.ndarray:
-        z = np.empty((h.shape[0], c1 - c0), np.float32)
+        z = checks.empty(self.e, "chunk_size", (h.shape[0], c1 - c0))
         self.k.gemm_nt(h, self.w[c0:c1], _NONE, False, z)
         return z
 
@@ -176,14 +195,12 @@ class _Run:
         over all rows. Two logits GEMMs instead of three; the weight's transpose lives in
         d_weight's buffer until d_weight is written."""
         rows, vocab, t, kept, s = self.rows, self.vocab, self.t, self.kept, self.s
-        mx = np.empty(rows, np.float32)
-        big_s = np.empty(rows, np.float32)
-        nll = np.empty(rows, np.float32)
-        smooth_sum = np.empty(rows, np.float32) if s.smoothing else None
+        mx, big_s, nll = (checks.empty(self.e, "hidden", rows) for _ in range(3))
+        smooth_sum = checks.empty(self.e, "hidden", rows) if s.smoothing else None
         dh = dw = wt = None
         if self.want_grad:
-            dh = np.empty((rows, self.width), np.float32)
-            dw = np.empty((vocab, self.width), np.float32)
+            dh = checks.empty(self.e, "hidden", (rows, self.width))
+            dw = checks.empty(self.e, "weight", (vocab, self.width))
             wt = _t(self.w, out=dw)
         for i0 in range(0, rows, block):
             i1 = min(i0 + block, rows)
@@ -192,7 +209,7 @@ class _Run:
                 self.refuse_non_finite()
             m = mx[i0:i1] = z.max(axis=1)
             kb, tb = kept[i0:i1], t[i0:i1]
-            zt = np.zeros(i1 - i0, np.float32)
+            zt = checks.zeros(self.e, "hidden", i1 - i0)
             zt[kb] = z[kb, tb[kb]]
             with np.errstate(over="ignore"):
                 d = np.subtract(z, m[:, None], out=z)  # d = z - max, one rounding
@@ -223,7 +240,7 @@ class _Run:
         layout d_weight's GEMM reads."""
         ht = _t(self.h)
         for c0, c1 in self.chunks:
-            zt = np.empty((c1 - c0, self.rows), np.float32)
+            zt = checks.empty(self.e, "chunk_size", (c1 - c0, self.rows))
             self.k.gemm_nt(self.w[c0:c1], self.h, _NONE, False, zt)
             with np.errstate(over="ignore"):
                 np.subtract(zt, mx[None, :], out=zt)  # d = z - max, one rounding
@@ -240,8 +257,9 @@ class _Run:
         k, h, t, kept, s, on = self.k, self.h, self.t, self.kept, self.s, self.on
         rows = self.rows
         # pass 1: non-finite logits are refused here, before any output exists
-        mx = np.full(rows, -np.inf, np.float32)
-        zt = np.zeros(rows, np.float32)
+        mx = checks.empty(self.e, "hidden", rows)
+        mx.fill(-np.inf)
+        zt = checks.zeros(self.e, "hidden", rows)
         for c0, c1 in self.chunks:
             z = self.logits(h, c0, c1)
             if not (np.isfinite(z.min()) and np.isfinite(z.max())):
@@ -268,7 +286,7 @@ class _Run:
         # pass 3: the smoothing sum fold_j (L - d_j), and the gradient with its contractions
         smooth = _PairwiseCounter() if s.smoothing else None
         dh_parts = _PairwiseCounter() if self.want_grad else None
-        dw = np.empty((self.vocab, self.width), np.float32) if self.want_grad else None
+        dw = checks.empty(self.e, "weight", (self.vocab, self.width)) if self.want_grad else None
         if smooth is not None or self.want_grad:
             ht = _t(h) if self.want_grad else None
             for c0, c1 in self.chunks:
@@ -281,7 +299,8 @@ class _Run:
                 del d
                 if self.want_grad:
                     dz = _gradient(ex, big_s, t, kept, c0, c1, s)  # in place of ex
-                    parts = np.empty(((c1 - c0 + CHUNK - 1) // CHUNK, rows, self.width), np.float32)
+                    parts = checks.empty(self.e, "chunk_size",
+                                         ((c1 - c0 + CHUNK - 1) // CHUNK, rows, self.width))
                     k.gemm_nt_chunks(dz, _t(self.w[c0:c1]), parts)  # d_hidden's vocabulary fold
                     for p in parts:
                         dh_parts.push(p)
@@ -303,7 +322,7 @@ def _row_folds(k, a: np.ndarray) -> np.ndarray:
 
 def _push_row_chunks(k, a: np.ndarray, counter: _PairwiseCounter) -> None:
     """Push the fold's 1024-element chunk partials of every row of a, chunk after chunk."""
-    parts = np.empty((a.shape[0], (a.shape[1] + CHUNK - 1) // CHUNK), np.float32)
+    parts = checks.empty(ENTRY, "chunk_size", (a.shape[0], (a.shape[1] + CHUNK - 1) // CHUNK))
     k.row_chunk_folds(a, parts)
     for j in range(parts.shape[1]):
         counter.push(np.ascontiguousarray(parts[:, j]))

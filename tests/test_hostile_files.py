@@ -43,13 +43,14 @@ def local(name: str, size: int, crc: int = 0) -> bytes:
 
 def central(name: str, offset: int, size: int, crc: int = 0) -> bytes:
     raw = name.encode()
-    return _CENTRAL.pack(0x02014B50, 20, 20, 0, 0, 0, 0, crc, size, size, len(raw), 0, 0, 0, 0, 0,
-                         offset) + raw
+    return _CENTRAL.pack(0x02014B50, 20, 20, 0, 0, 0, 0, crc, size, size, len(raw), 0, 0, 0, 0,
+                         0, offset) + raw
 
 
 def archive(body: bytes, entries: list[bytes]) -> bytes:
     cd = b"".join(entries)
-    return body + cd + _END.pack(0x06054B50, 0, 0, len(entries), len(entries), len(cd), len(body), 0)
+    n = len(entries)
+    return body + cd + _END.pack(0x06054B50, 0, 0, n, n, len(cd), len(body), 0)
 
 
 def honest(members: list[tuple[str, bytes]]) -> bytes:
@@ -63,7 +64,8 @@ def honest(members: list[tuple[str, bytes]]) -> bytes:
 
 def npy_head(dtype: str, shape: tuple) -> bytes:
     f = io.BytesIO()
-    np.lib.format.write_array_header_1_0(f, {"descr": dtype, "fortran_order": False, "shape": shape})
+    np.lib.format.write_array_header_1_0(f, {"descr": dtype, "fortran_order": False,
+                                              "shape": shape})
     return f.getvalue()
 
 
@@ -150,7 +152,8 @@ def test_load_refuses_a_member_the_format_does_not_hold_before_reading_any_array
     p = tmp_path / "x.npz"
     p.write_bytes(honest(members))
     read, real = [], _optim_state.npy_data
-    monkeypatch.setattr(_optim_state, "npy_data", lambda f, m, h: read.append(m.name) or real(f, m, h))
+    monkeypatch.setattr(_optim_state, "npy_data",
+                        lambda f, m, h: read.append(m.name) or real(f, m, h))
     assert "'exp_avg.7'" in str(refusal_of(mojolike.load_state, p))
     assert set(read) <= {"kind", "t", "exp_avg.count", "exp_avg_sq.count"}  # scalars only
 
@@ -273,3 +276,36 @@ def test_state_files_and_checkpoints_get_the_umasks_permissions_not_0600(tmp_pat
         assert oct(os.stat(written).st_mode & 0o777) == oct(mode)
     assert sorted(os.listdir(tmp_path)) == sorted(f"{k}{m:o}.npz" for k in "sc"
                                                   for m in (0o022, 0o077, 0o002))
+
+
+# -- the chunked head: a size it can check is refused by name, never a MemoryError -------------
+def test_a_head_chunk_past_the_vocabulary_is_the_whole_vocabulary_and_too_much_is_refused(
+        monkeypatch):
+    rng = np.random.default_rng(3)
+    h, w = rng.standard_normal((40, 8), np.float32), rng.standard_normal((1500, 8), np.float32)
+    t = rng.integers(0, 1500, 40)
+    on = dict(backend="cpu-numba", return_grad=True)
+    want = mojolike.chunked_lm_head_loss(h, w, t, chunk_size=2048, **on)
+    got = mojolike.chunked_lm_head_loss(h, w, t, chunk_size=2**40, **on)
+    assert got[0] == want[0] and got[1].tobytes() == want[1].tobytes() \
+        and got[2].tobytes() == want[2].tobytes()
+    # 2**17 rows by a 2**17 vocabulary: 64 GiB of logits from 1 MiB of inputs
+    big_h, big_w = np.ones((2**17, 1), np.float32), np.ones((2**17, 1), np.float32)
+    before = (big_h.copy(), big_w.copy())
+    monkeypatch.setattr(mojolike.checks, "_memory_bytes", lambda: 2**35)  # any machine: 32 GiB
+    with pytest.raises(Refusal) as e:
+        mojolike.chunked_lm_head_loss(big_h, big_w, np.zeros(2**17, np.int64), chunk_size=2**40,
+                                      backend="cpu-numba")
+    assert e.value.option == "chunk_size" and "smaller chunk_size" in str(e.value)
+    assert big_h.tobytes() == before[0].tobytes() and big_w.tobytes() == before[1].tobytes()
+
+
+def test_a_head_whose_row_by_chunk_buffers_exceed_the_memory_is_refused_before_computing(
+        monkeypatch):
+    rng = np.random.default_rng(4)
+    h, w = rng.standard_normal((64, 8), np.float32), rng.standard_normal((4096, 8), np.float32)
+    monkeypatch.setattr(mojolike.checks, "_memory_bytes", lambda: 2**20)  # 3 x 64 x 4096 x 4 > 1 MiB
+    with pytest.raises(Refusal) as e:
+        mojolike.chunked_lm_head_loss(h, w, rng.integers(0, 4096, 64), chunk_size=4096,
+                                      backend="cpu-numba")
+    assert e.value.option == "chunk_size" and "3 buffers of 64 x 4096" in str(e.value)
