@@ -256,6 +256,25 @@ def test_read_refuses_a_checkpoint_of_overlapping_members_naming_the_path(tmp_pa
     assert e.value.option == "path" and "claiming" in str(e.value)
 
 
+
+def test_trainer_load_and_train_resume_refuse_overlapping_members_in_memory_bounded_by_the_file(
+        tmp_path, capsys):
+    from mojolike import cli
+    from mojolike.train import Trainer
+    p = tmp_path / "o.npz"
+    p.write_bytes(overlapping(300, 1_000_000))
+    tracemalloc.start()
+    try:
+        with pytest.raises(Refusal) as e:
+            Trainer.load(p)
+        assert cli.main(["train", "--resume", str(p)]) == 2
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert e.value.option == "path" and e.value.entry_point == "mojolike.train.Trainer.load"
+    assert "claiming" in capsys.readouterr().err
+    assert peak < 2 * os.path.getsize(p), peak  # the CLI's own imports count too
+
 # -- permissions -------------------------------------------------------------------------------
 @pytest.fixture
 def umask():
