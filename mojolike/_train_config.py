@@ -7,6 +7,8 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import checks
 from .oracles.fold import CHUNK
 from .refusals import refuse
@@ -36,6 +38,11 @@ class TrainConfig:
     scaled gradients get an inf written into one cell after the backward (as an
     overflowing float16 backward would), so that the scaler skips them and backs
     off: a certification hook.
+
+    Every real is kept as the shortest decimal that reads back to the binary32
+    value the run uses (skip_lossz: as a binary64 float, which the gate compares
+    with), so spellings of the same values (lr=1, 1.0, numpy.float32(1),
+    Fraction(1)) make equal configurations with one `key`.
 
     Reproducibility: a run's records and final state are a function of this
     configuration and the shipped text alone (contracts/train.md).
@@ -81,7 +88,7 @@ class TrainConfig:
         return self.batch_size * self.seq_len
 
     def to_dict(self) -> dict:
-        """The configuration as plain JSON values (tuples as lists)."""
+        """The configuration as plain JSON values (tuples as lists; every real a float)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
@@ -92,8 +99,18 @@ class TrainConfig:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
     def key(self) -> str:
-        """The configuration as canonical JSON (what a checkpoint and a run card name)."""
+        """The configuration as canonical JSON (what a checkpoint and a run card name): the
+        same text for every spelling of the same binary32 values (lr=1, 1.0, 1.00000001)."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def _shortest(r: float) -> float:
+    """The binary32 value `r` as the float of the shortest decimal text that reads back to it
+    (3e-3 for binary32(0.003)): one value, and one key text, per binary32 value the run uses,
+    whichever spelling (1, 1.0, numpy.float32(1), Fraction(1)) gave it."""
+    d = float(str(np.float32(r)))
+    same = np.float32(d).view(np.uint32) == np.float32(r).view(np.uint32)
+    return d if same else r  # a decimal that double rounding moves: the exact value instead
 
 
 def _checked(v: dict) -> dict:
@@ -119,22 +136,27 @@ def _checked(v: dict) -> dict:
     if out["batch_size"] % out["microbatches"]:
         refuse(e, "microbatches", f"must divide batch_size={out['batch_size']} (equal microbatches)",
                value=v["microbatches"])
-    checks.real32(e, "dropout", v["dropout"], low=0.0, high=1.0, high_open=True, what="in [0, 1)")
+    real = lambda name, x, **bounds: _shortest(checks.real32(e, name, x, **bounds))
+    out["dropout"] = real("dropout", v["dropout"], low=0.0, high=1.0, high_open=True,
+                          what="in [0, 1)")
     for name in ("lr", "eps", "weight_decay"):
-        checks.real32(e, name, v[name], low=0.0)
-    checks.real32(e, "min_lr", v["min_lr"], low=0.0, high=checks.real32(e, "lr", v["lr"]),
-                  what="in [0, lr]")
+        out[name] = real(name, v[name], low=0.0)
+    out["min_lr"] = real("min_lr", v["min_lr"], low=0.0, high=checks.real32(e, "lr", v["lr"]),
+                         what="in [0, lr]")
     if v["max_norm"] is not None:
-        checks.real32(e, "max_norm", v["max_norm"], low=0.0)
-    if checks.real32(e, "init_scale", v["init_scale"], low=0.0) == 0.0:
+        out["max_norm"] = real("max_norm", v["max_norm"], low=0.0)
+    out["init_scale"] = real("init_scale", v["init_scale"], low=0.0)
+    if out["init_scale"] == 0.0:
         refuse(e, "init_scale", "must be > 0", value=v["init_scale"])
     if v["skip_lossz"] is not None:
         checks.real32(e, "skip_lossz", v["skip_lossz"])
+        # the gate compares the detector's binary64 z-score with it: its binary64 value
+        out["skip_lossz"] = float(checks.exact(e, "skip_lossz", v["skip_lossz"]))
     b = v["betas"]
     if not isinstance(b, tuple) or len(b) != 2:
         refuse(e, "betas", "must be a pair (beta1, beta2)", value=b)
-    for i, x in enumerate(b):
-        checks.real32(e, f"betas[{i}]", x, low=0.0, high=1.0, high_open=True, what="in [0, 1)")
+    out["betas"] = tuple(real(f"betas[{i}]", x, low=0.0, high=1.0, high_open=True,
+                              what="in [0, 1)") for i, x in enumerate(b))
     s = v["overflow_steps"]
     if not isinstance(s, tuple):
         refuse(e, "overflow_steps", "must be a tuple of step numbers", value=s)

@@ -3,9 +3,11 @@ fuzzing the public entry points (partial writes, runaway inputs, other exception
 accepted)."""
 from __future__ import annotations
 
+import json
 import os
 import time
 import zipfile
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 import mojolike
 from mojolike import Refusal
 from mojolike.oracles.fold import split_is_exact, split_trees_equal
+from mojolike.train import TrainConfig
 
 
 def refused(fn, option: str | None = None) -> Refusal:
@@ -309,3 +312,36 @@ def test_impossible_shapes_are_refused_before_allocating(shape):
     refused(lambda: g.uniform(shape), "shape")
     refused(lambda: g.normal(shape), "shape")
     assert g.state_dict()["counter"] == 0
+
+
+# -- a training run's configuration --------------------------------------------------------------
+def test_train_config_keeps_numpy_and_fraction_reals_as_plain_floats_it_can_write():
+    c = TrainConfig(steps=3, lr=np.float32(3e-3), min_lr=Fraction(3, 10**4),
+                    betas=(np.float32(0.9), Fraction(19, 20)), max_norm=np.float32(1.0),
+                    eps=np.float64(1e-8), dropout=Fraction(1, 10), skip_lossz=np.float32(1.5))
+    d = c.to_dict()
+    reals = [d[k] for k in ("lr", "min_lr", "max_norm", "eps", "dropout", "skip_lossz")]
+    assert all(type(x) is float for x in reals + d["betas"]), d
+    assert json.loads(json.dumps(d)) == d and TrainConfig.from_dict(d) == c
+    assert c == TrainConfig(steps=3, max_norm=1, dropout=0.1, skip_lossz=1.5)
+
+
+def test_train_config_keys_one_text_per_binary32_value_the_run_uses():
+    keys = {TrainConfig(lr=lr, steps=3).key() for lr in (1, 1.0, 1.00000001, np.float32(1))}
+    assert len(keys) == 1 and '"lr":1.0' in keys.pop()
+    assert TrainConfig(lr=0.1, steps=3).key() == TrainConfig(lr=0.1000000001, steps=3).key()
+    assert TrainConfig(lr=0.1, steps=3).key() != TrainConfig(lr=np.nextafter(
+        np.float32(0.1), np.float32(1)), steps=3).key()
+    # the default configuration's text is the one its run card's profile has always hashed
+    assert '"lr":0.003' in TrainConfig().key() and '"eps":1e-08' in TrainConfig().key()
+
+
+def test_train_config_reals_read_back_to_the_binary32_value_they_were_given():
+    rng = np.random.default_rng(19)
+    u = rng.integers(1, 0x3F800000, 2000, dtype=np.uint32)  # (0, 1): every binade, subnormals
+    for b in u.view(np.float32):
+        c = TrainConfig(steps=3, betas=(b, 0.5), weight_decay=b)
+        assert type(c.betas[0]) is float
+        assert np.float32(c.betas[0]).view(np.uint32) == b.view(np.uint32)
+        assert np.float32(c.weight_decay).view(np.uint32) == b.view(np.uint32)
+        assert len(repr(c.betas[0])) <= len(repr(float(b)))
