@@ -179,6 +179,7 @@ class _Optimizer:
         g, gathered, present = self._reg.grads(grads, writable=in_place, frozen=True)
         hyper = self._groups_checked()
         if not gate:
+            self._normalize_groups(hyper)
             return None
         t = self.t + 1
         keys = [(self._group_of[i], present[i], self._state_key(i)) for i in range(len(present))]
@@ -210,6 +211,7 @@ class _Optimizer:
             for x in range(i, j):
                 self._steps[x] += 1
         self._stepped(work)
+        self._normalize_groups(hyper)
         self.t = t
         self.lr_ = work[0][1] if work else None
         self.total_norm_ = None if total is None else float(total)
@@ -260,8 +262,19 @@ class _Optimizer:
             if extra:
                 refuse(self._ENTRY, f"param_groups[{k}].{extra[0]}",
                        f"is not a group option; a group may set {', '.join(self._GROUP_OPTIONS)}")
+            missing = [key for key in self._GROUP_OPTIONS if key not in g and key != "lr_schedule"]
+            if missing:
+                refuse(self._ENTRY, f"param_groups[{k}].{missing[0]}",
+                       "is missing; a group's options may change between steps, not go away")
             out.append(self._check_group(k, g))
         return out
+
+    def _normalize_groups(self, hyper: list[dict]) -> None:
+        """Keep each group's options in the form the constructor stores (an edit between steps
+        to numpy.float32(5e-4) becomes the Python float of that binary32 value, a list of betas
+        a tuple), so state_dict stays plain data; called once the step can no longer be refused."""
+        for g, h in zip(self.param_groups, hyper):
+            g.update((key, h[key]) for key in self._GROUP_OPTIONS if key in g or h[key] is not None)
 
     def _state_key(self, i: int):
         return self._steps[i]

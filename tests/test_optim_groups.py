@@ -70,6 +70,44 @@ def test_a_group_lr_changed_between_steps_takes_effect_at_the_next_step(backend)
         assert_same_bits(a, b)
 
 
+@pytest.mark.parametrize("gate", [True, False], ids=["stepped", "gated"])
+def test_group_edits_between_steps_are_stored_as_the_constructor_stores_them(gate, tmp_path):
+    ps = tensors(2)
+    opt = mojolike.Adam([{"params": ps[:1]}, {"params": ps[1:], "lr": 0.01}], backend="oracle")
+    fresh = mojolike.Adam([{"params": tensors(2)[:1]},
+                           {"params": tensors(2)[1:], "lr": np.float32(5e-4),
+                            "betas": [np.float32(0.8), 0.9], "maximize": np.bool_(True)}],
+                          backend="oracle")
+    opt.step(grads_at(0))
+    opt.param_groups[1].update(lr=np.float32(5e-4), betas=[np.float32(0.8), 0.9],
+                               maximize=np.bool_(True))
+    opt.step(grads_at(1), update_gate=gate)
+    options = lambda g: {k: v for k, v in g.items() if k != "params"}
+    assert options(opt.param_groups[1]) == options(fresh.param_groups[1])
+    for key in ("lr", "betas", "maximize"):
+        assert type(opt.param_groups[1][key]) is type(fresh.param_groups[1][key]), key
+    assert type(opt.param_groups[1]["betas"][0]) is float
+    mojolike.save_state(tmp_path / "edited", opt.state_dict())  # plain data: it writes
+    assert mojolike.load_state(tmp_path / "edited")["param_groups"] == \
+        opt.state_dict()["param_groups"]
+
+
+def test_a_refused_step_leaves_group_edits_as_the_caller_wrote_them():
+    ps = tensors(2)
+    opt = mojolike.Adam([{"params": ps[:1]}, {"params": ps[1:], "lr": 0.01}], backend="oracle")
+    edit = np.float32(5e-4)
+    opt.param_groups[1]["lr"] = edit
+    bad = grads_at(0)
+    bad[0][0] = np.float32(np.nan)
+    with pytest.raises(mojolike.Refusal) as info:
+        opt.step(bad)
+    assert info.value.option == "grads" and opt.param_groups[1]["lr"] is edit and opt.t == 0
+    del opt.param_groups[1]["eps"]
+    with pytest.raises(mojolike.Refusal) as info:
+        opt.step(grads_at(0))
+    assert info.value.option == "param_groups[1].eps" and "missing" in str(info.value)
+
+
 class Halving:
     def lr_at(self, t):
         return 0.1 / 2 ** (t - 1)
