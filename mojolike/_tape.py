@@ -10,6 +10,7 @@ operations: one IEEE rounding each, the same bits on every machine.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from fractions import Fraction
 
 import numpy as np
@@ -20,7 +21,7 @@ from ._layers import (embedding, embedding_backward, linear, linear_backward, re
                       rms_norm_backward)
 from ._layers_head import chunked_lm_head_loss
 from ._loss import cross_entropy
-from ._rng import Generator
+from ._rng import TWO64, Generator
 from .oracles import f32
 from .refusals import Refusal, refuse
 
@@ -32,14 +33,18 @@ _LOSS_OWN = {
     "backend": "is the tape's: pass backend= to Tape()",
     "numeric_mode": "is the tape's: pass numeric_mode= to Tape()",
 }
+# the ops whose nodes keep gradients computed in the forward (handed to the caller once freed)
+_KEEPS_GRADIENTS = ("cross_entropy", "chunked_lm_head_loss")
 
 
 class Value:
     """A value on a tape: `data` (a float32 array; a 0-d array for a scalar loss), `shape`,
     and `requires_grad` (a parameter, or computed from one). Made by `Tape.param`,
-    `Tape.const` and the tape's ops; valid until `Tape.reset_to` drops it."""
+    `Tape.const` and the tape's ops; valid until `Tape.reset_to` drops it. The tape holds
+    only its parameters: any other value lives while the caller or a node that reads it
+    holds it."""
 
-    __slots__ = ("data", "requires_grad", "_tape", "_index", "_node", "_kind")
+    __slots__ = ("data", "requires_grad", "_tape", "_index", "_node", "_kind", "__weakref__")
 
     def __init__(self, data, requires_grad, tape, index, node, kind):
         self.data, self.requires_grad = data, requires_grad
@@ -77,10 +82,13 @@ class Tape:
     `cross_entropy`, `chunked_lm_head_loss`, `sum`, `mean` take and return `Value`s.
     `backward(loss, seed=1.0)` walks the nodes once, newest first, and returns the
     gradients of the parameters in registration order: None for a parameter the
-    loss does not reach (torch leaves its `.grad` None; an optimizer skips it). It
-    consumes the nodes it walks, as torch's backward without retain_graph.
-    `mark()` / `reset_to(mark)` drop every value and node made after the mark (the
-    arena of one step; parameters registered before the mark stay).
+    loss does not reach (torch leaves its `.grad` None; an optimizer skips it).
+    Unless `retain_graph=True` it frees the graph it walked, as torch does: those
+    nodes drop what they kept and their inputs, so a tape used for many backward
+    passes holds no more than one pass's graph, and a later backward through a
+    freed node is refused. `mark()` / `reset_to(mark)` drop every value and node
+    made after the mark (the arena of one step; parameters registered before the
+    mark stay).
 
     Fan-in: a value read by several ops gets its contributions added as the walk
     reaches them, newest consumer first and, within one op, in argument order,
@@ -88,7 +96,8 @@ class Tape:
     (c3 + c2) + c1 (contracts/train.md, clause 3).
 
     Parameters: `backend`, `numeric_mode` as in `mojolike.backends`, resolved once
-    when the tape is made; every op runs there.
+    when the tape is made; every op runs there, dropout included (whatever backend
+    its generator was made for).
 
     Reproducibility: every op is a certified function or one IEEE operation per
     element, and the order of every addition is fixed by the program alone, so a
@@ -117,11 +126,14 @@ class Tape:
         checks.keywords(_E, unknown, ("backend", "numeric_mode"))
         self.backend, self.numeric_mode = registry.resolve(_E, backend, numeric_mode)
         self._on = dict(backend=self.backend, numeric_mode=self.numeric_mode)
-        self._values: list[Value] = []
+        # position -> weak reference: the tape finds its values (reset_to) without keeping them
+        self._values: dict[int, weakref.ref] = {}
+        self._next = 0  # the position of the next value (mark())
+        self._sweep_at = 64  # drop dead references when this many are held
         self._params: list[Value] = []
 
     def __repr__(self) -> str:
-        return (f"Tape(backend={self.backend!r}, values={len(self._values)}, "
+        return (f"Tape(backend={self.backend!r}, values={len(self._live())}, "
                 f"params={len(self._params)})")
 
     @property
@@ -150,26 +162,39 @@ class Tape:
         return self._leaf(_borrow(e, array), False, "const")
 
     def _leaf(self, a, requires_grad, kind) -> Value:
-        v = Value(a, requires_grad, self, len(self._values), None, kind)
-        self._values.append(v)
+        return self._register(Value(a, requires_grad, self, self._next, None, kind))
+
+    def _register(self, v: Value) -> Value:
+        self._values[v._index] = weakref.ref(v)
+        self._next += 1
+        if len(self._values) >= self._sweep_at:  # amortized: the table stays within 2x the live
+            for i in [i for i, r in self._values.items() if r() is None]:
+                del self._values[i]
+            self._sweep_at = 2 * len(self._values) + 64
         return v
+
+    def _live(self) -> list[Value]:
+        """The values still alive, oldest first."""
+        return [v for v in (r() for r in self._values.values()) if v is not None]
 
     # -- the arena ----------------------------------------------------------------------------
     def mark(self, **unknown) -> int:
         """The current position: `reset_to` it to drop everything made after this call."""
         checks.keywords(f"{_E}.mark", unknown, ())
-        return len(self._values)
+        return self._next
 
     def reset_to(self, mark, **unknown) -> None:
         """Drop every value, node and parameter made after `mark`; their handles become
         unusable (refused by name), and their buffers are released."""
         e = f"{_E}.reset_to"
         checks.keywords(e, unknown, ("mark",))
-        m = checks.integer(e, "mark", mark, low=0, high=len(self._values),
-                           what=f"a position from mark(), at most {len(self._values)} here")
-        for v in self._values[m:]:
-            v._tape, v._node = None, None
-        del self._values[m:]
+        m = checks.integer(e, "mark", mark, low=0, high=self._next,
+                           what=f"a position from mark(), at most {self._next} here")
+        for i in [i for i in self._values if i >= m]:
+            v = self._values.pop(i)()
+            if v is not None:  # a handle the caller still holds: refused from now on
+                v._tape, v._node = None, None
+        self._next = m
         self._params = [p for p in self._params if p._index < m]
 
     # -- ops ----------------------------------------------------------------------------------
@@ -232,16 +257,35 @@ class Tape:
         return self._push("mul", _binary(np.multiply, u.data, v.data), [u, v], None)
 
     def dropout(self, x, generator, p, *, offset=0, stream=None, **unknown) -> Value:
-        """`generator.dropout(x, p, offset, stream)`: element i keyed by (seed, stream,
-        offset + i); backward replays the key with `Generator.dropout_backward`."""
+        """`generator.dropout(x, p, offset, stream)` computed on the tape's backend and mode:
+        element i keyed by (seed, stream, offset + i), the stream taken from the generator
+        as its own dropout takes it; backward replays the key there."""
         e = f"{_E}.dropout"
         checks.keywords(e, unknown, ("x", "generator", "p", "offset", "stream"))
         a = self._own(e, "x", x)
         if not isinstance(generator, Generator):
             refuse(e, "generator", f"must be a mojolike.Generator, not {type(generator).__name__}")
         with _as(e):
-            y, key = generator.dropout(a.data, p, offset=offset, stream=stream)
-        return self._push("dropout", y, [a], (generator, key))
+            runner, y, key = self._dropout_draw(e, generator, a.data, p, offset, stream)
+        return self._push("dropout", y, [a], (runner, key))
+
+    def _dropout_draw(self, e: str, generator: Generator, x, p, offset, stream):
+        """(the generator that ran, y, key): the generator's own draw when it runs on the tape's
+        backend and mode, else the same seed's draw there, taking the generator's stream."""
+        if registry.resolve(e, generator._backend, generator._mode) == (self.backend,
+                                                                        self.numeric_mode):
+            return (generator, *generator.dropout(x, p, offset=offset, stream=stream))
+        here = Generator(generator.seed, **self._on)
+        if stream is not None:
+            return (here, *here.dropout(x, p, offset=offset, stream=stream))
+        s = generator.state_dict()["counter"]
+        if s >= TWO64:
+            generator.next_stream()  # its refusal: every stream of the seed is used
+        y, key = here.dropout(x, p, offset=offset, stream=s)  # every argument checked here
+        taken = generator.next_stream()  # the counter moves once the draw is accepted
+        if taken != s:  # another thread took s meanwhile
+            y, key = here.dropout(x, p, offset=offset, stream=taken)
+        return here, y, key
 
     def cross_entropy(self, logits, targets, **options) -> Value:
         """`mojolike.cross_entropy(logits, targets, **options)` with reduction 'mean' (default)
@@ -285,56 +329,81 @@ class Tape:
         return self._push("mean", np.array(f32.div(float(s), n), np.float32), [a], n)
 
     # -- backward -----------------------------------------------------------------------------
-    def backward(self, loss, seed=1.0, **unknown) -> list[np.ndarray | None]:
+    def backward(self, loss, seed=1.0, retain_graph=False, **unknown) -> list[np.ndarray | None]:
         """The gradients of `seed * loss` with respect to the parameters, in registration order
         (None where the loss does not reach a parameter). `loss` a scalar Value of this tape,
-        `seed` a finite real rounded to float32. Every gradient is a new array the caller
-        owns (an optimizer may scale it in place)."""
+        `seed` a finite real rounded to float32 (a -0.0 stays -0.0). Every gradient is a new
+        array the caller owns (an optimizer may scale it in place).
+
+        `retain_graph` (torch's name and default): False frees the graph this backward
+        walked once it has returned its gradients (its nodes drop their kept buffers and
+        their inputs; a later backward through them is refused); True keeps it for
+        another backward. A backward that raises (a refusal, an interrupt) frees nothing
+        and changes nothing the graph kept."""
         e = f"{_E}.backward"
-        checks.keywords(e, unknown, ("loss", "seed"))
+        checks.keywords(e, unknown, ("loss", "seed", "retain_graph"))
         top = self._own(e, "loss", loss)
         if top.shape != ():
             refuse(e, "loss", f"has shape {top.shape}; backward starts from a scalar (reduce it "
                               f"with sum or mean)")
         s = checks.real32(e, "seed", seed)
+        retain = checks.switch(e, "retain_graph", retain_graph)
         walk = self._reached(e, top)
         registry.check_fp_state(e, self.numeric_mode)
         slots: dict[int, list] = {}
         if top.requires_grad:
             self._contribute(slots, top, np.array(s, np.float32), True)
-        try:
-            with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-                for node_value in walk:  # newest first
-                    slot = self._gradient(slots, node_value)
-                    if slot is None:
-                        continue
-                    dy = slot[0]
-                    node = node_value._node
-                    parts = getattr(self, "_back_" + node.op)(node, dy)
-                    for v, part in zip(node.inputs, parts):
-                        if part is not None and v.requires_grad:
-                            self._contribute(slots, v, *part)
-        finally:
-            for v in walk:  # consumed, as torch without retain_graph
-                v._node.saved, v._node.spent = None, True
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+            for node_value in walk:  # newest first
+                slot = self._gradient(slots, node_value)
+                if slot is None:
+                    continue
+                dy = slot[0]
+                node = node_value._node
+                parts = getattr(self, "_back_" + node.op)(node, dy)
+                for v, part in zip(node.inputs, parts):
+                    if part is not None and v.requires_grad:
+                        self._contribute(slots, v, *part)
+        # a kept buffer is read-only during the walk; once the graph is freed, one parameter
+        # may take it without a copy
+        freed = set() if retain else {id(a) for v in walk if v._node.op in _KEEPS_GRADIENTS
+                                      for a in v._node.saved}
         out = []
         for p in self._params:
             slot = self._gradient(slots, p)
-            out.append(None if slot is None else slot[0] if slot[1] else slot[0].copy())
+            if slot is None or slot[1]:
+                out.append(None if slot is None else slot[0])
+            elif id(slot[0]) in freed:
+                freed.discard(id(slot[0]))
+                out.append(slot[0])
+            else:
+                out.append(slot[0].copy())
+        if not retain:
+            for v in walk:
+                v._node.saved, v._node.inputs, v._node.spent = None, (), True
         return out
 
     def _reached(self, e: str, top: Value) -> list[Value]:
-        """The op values the walk from `top` applies, newest first; refuses consumed nodes."""
-        wanted, walk = {top._index} if top.requires_grad else set(), []
-        for v in reversed(self._values[:top._index + 1]):
-            if v._index not in wanted or v._node is None:
-                continue
-            if v._node.spent:
-                refuse(e, "loss", f"reaches a {v._node.op} node that an earlier backward consumed "
-                                  f"(as torch without retain_graph); reset_to a mark and run the "
-                                  f"forward again")
+        """The op values the walk from `top` applies, newest first; refuses freed nodes."""
+        if not top.requires_grad:
+            return []
+        seen, todo, walk = {top._index}, [top], []
+        while todo:
+            v = todo.pop()
+            if v._node is None:
+                continue  # a parameter
             walk.append(v)
-            wanted.update(u._index for u in v._node.inputs if u.requires_grad)
+            for u in v._node.inputs:
+                if u.requires_grad and u._index not in seen:
+                    seen.add(u._index)
+                    todo.append(u)
+        walk.sort(key=lambda v: v._index, reverse=True)
+        spent = next((v for v in walk if v._node.spent), None)
+        if spent is not None:
+            refuse(e, "loss", f"reaches a {spent._node.op} node that an earlier backward freed (it "
+                              f"ran without retain_graph, as torch's default); pass "
+                              f"retain_graph=True to the backward that should keep the graph, "
+                              f"or reset_to a mark and run the forward again")
         return walk
 
     # The order of contributions is contracts/train.md clause 3: `_contribute` is called in the
@@ -422,9 +491,8 @@ class Tape:
 
     def _push(self, op: str, data: np.ndarray, inputs: list[Value], saved) -> Value:
         grad = any(v.requires_grad for v in inputs)
-        v = Value(data, grad, self, len(self._values), _Node(op, tuple(inputs), saved), "op")
-        self._values.append(v)
-        return v
+        return self._register(Value(data, grad, self, self._next,
+                                    _Node(op, tuple(inputs), saved), "op"))
 
 
 # -- module helpers ---------------------------------------------------------------------------
@@ -461,5 +529,6 @@ def _binary(fn, a, b) -> np.ndarray:
 
 
 def _scaled(kept: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, bool]:
-    """A loss's kept gradient times the upstream scalar (x * 1 is x: skipped when it is 1)."""
-    return (kept, True) if float(dy) == 1.0 else (_binary(np.multiply, kept, dy), True)
+    """A loss's kept gradient times the upstream scalar (x * 1 is x: skipped when it is 1; the
+    kept buffer is then shared, so a later contribution copies it instead of adding in place)."""
+    return (kept, False) if float(dy) == 1.0 else (_binary(np.multiply, kept, dy), True)

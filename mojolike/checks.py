@@ -8,7 +8,8 @@ naming the entry point, the option and the reason, before anything is written.
 Numbers are Python or numpy reals: `bool`, strings, bytes and arrays are refused
 rather than converted (`lr='0.1'` would otherwise work, and `maximize='False'`
 would be true). Integers and fractions are rounded to binary32 once, exactly,
-whatever their size; floats must be finite.
+whatever their size; floats must be finite and keep the sign of a zero (torch
+takes a Python -0.0 as -0.0).
 
 >>> real32("mojolike.SGD", "lr", 0.1, low=0.0)
 0.10000000149011612
@@ -78,17 +79,19 @@ def exact(entry: str, name: str, v) -> Fraction | float:
 
 def real32(entry: str, name: str, v, *, low: float | None = None, high: float | None = None,
            high_open: bool = False, what: str | None = None) -> float:
-    """The binary32 value nearest the real `v`, as a Python float (+0.0 for any zero).
+    """The binary32 value nearest the real `v`, as a Python float.
 
-    The range [low, high] (or [low, high) with `high_open`) applies to that binary32
-    value, which is what the kernels use: 1 - 2**-25 rounds to 1.0 and is refused where
-    1 is excluded. A value that rounds to infinity is refused.
+    A float's zero keeps its sign, and a negative float or fraction that rounds to
+    zero gives -0.0, as an IEEE conversion does; an integer or a zero fraction gives
+    +0.0. The range [low, high] (or [low, high) with `high_open`) applies to that
+    binary32 value, which is what the kernels use: 1 - 2**-25 rounds to 1.0 and is
+    refused where 1 is excluded, and -0.0 is in a range from 0.0 (it equals 0). A
+    value that rounds to infinity is refused.
     """
     x = exact(entry, name, v)
     r = f32.round_fraction(x) if isinstance(x, Fraction) else f32.round_float(x)
     if math.isinf(r):
         refuse(entry, name, "overflows float32 (its nearest binary32 value is infinite)", value=v)
-    r += 0.0
     for bad, bound in ((low is not None and r < low, f">= {low!r}"),
                        (high is not None and (r >= high if high_open else r > high),
                         f"< {high!r}" if high_open else f"<= {high!r}")):

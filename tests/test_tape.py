@@ -1,6 +1,7 @@
 """The tape: every backward rule gives the oracle's bits on the CPU backends and agrees with torch
 autograd, fan-in contributions are added in the documented order, mark/reset_to reuse the arena,
-and a refused op leaves the tape unchanged and usable.
+a refused op leaves the tape unchanged and usable, dropout runs on the tape's backend and mode, a
+-0.0 seed keeps its sign, and backward frees its graph unless retain_graph=True.
 
 Torch comparisons: the bits differ by design where a sum is involved (torch blocks its GEMMs
 and reductions in its own order and may fuse multiply-adds; its exp/log are not correctly
@@ -13,6 +14,8 @@ with torch bit for bit, and are checked so.
 """
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -21,7 +24,7 @@ from conftest import CPU_BACKENDS
 from conftest import assert_same_bits as _same
 
 import mojolike
-from mojolike import Generator, Refusal, Tape
+from mojolike import Generator, Refusal, Tape, _tape, registry
 from mojolike._tape import Value
 
 
@@ -430,3 +433,177 @@ def test_a_value_of_another_tape_is_refused():
         tape.relu(OTHER)
     assert e.value.option == "x" and "another tape" in str(e.value)
     assert isinstance(OTHER, Value) and OTHER.shape == (3,)
+
+
+# -- dropout on the tape's backend ----------------------------------------------------------------
+def rng_kernels_asked(monkeypatch):
+    """The (backend, mode) of every rng kernel set loaded from now on."""
+    asked, real = [], registry.kernels
+
+    def spy(entry, family, backend=None, numeric_mode=None):
+        k = real(entry, family, backend, numeric_mode)
+        if family == "rng":
+            asked.append((k.backend, k.numeric_mode))
+        return k
+
+    monkeypatch.setattr(registry, "kernels", spy)
+    return asked
+
+
+def test_dropout_runs_on_the_tapes_backend_and_mode_not_the_generators(monkeypatch):
+    asked = rng_kernels_asked(monkeypatch)
+    gen = Generator(9, backend="cpu-cffi", numeric_mode="fast")
+    tape = Tape(backend="cpu-numba", numeric_mode="identical")
+    x = tape.param(data((5, 7), 14))
+    y = tape.dropout(x, gen, 0.3)
+    assert (registry.backend_used(), registry.numeric_mode_used()) == ("cpu-numba", "identical")
+    (g,) = tape.backward(tape.sum(tape.mul(y, tape.const(data((5, 7), 15)))))
+    assert asked and set(asked) == {("cpu-numba", "identical")}, asked
+    assert gen.state_dict() == {"seed": 9, "counter": 1}  # one stream taken, as generator.dropout
+    want_tape = Tape(backend="oracle")
+    want_x = want_tape.param(x.data.copy())
+    want_y = want_tape.dropout(want_x, Generator(9), 0.3)
+    (want,) = want_tape.backward(want_tape.sum(want_tape.mul(want_y, want_tape.const(
+        data((5, 7), 15)))))
+    assert_same_bits(y.data, want_y.data, "dropout forward")
+    assert_same_bits(g, want, "dropout backward")
+    # an explicit stream leaves the counter; a refusal leaves it and the tape
+    ones = tape.const(np.ones(8, np.float32))
+    del asked[:]
+    z = tape.dropout(ones, gen, 0.5, stream=4, offset=3)
+    assert asked == [("cpu-numba", "identical")], asked
+    drawn, _ = Generator(9, backend="oracle").dropout(np.ones(8, np.float32), 0.5, offset=3,
+                                                       stream=4)
+    assert_same_bits(z.data, drawn, "stream 4 from offset 3")
+    for p, offset, stream, option in [(1.0, 0, None, "p"), (0.5, -1, None, "offset"),
+                                      (0.5, 0, 2**64, "stream")]:
+        before = tape.mark()
+        with pytest.raises(Refusal) as e:
+            tape.dropout(ones, gen, p, offset=offset, stream=stream)
+        assert e.value.entry_point == "mojolike.Tape.dropout" and e.value.option == option
+        assert tape.mark() == before
+    assert gen.state_dict()["counter"] == 1
+    gen.load_state_dict({"seed": 9, "counter": 2**64})
+    with pytest.raises(Refusal) as e:
+        tape.dropout(ones, gen, 0.5)
+    assert e.value.entry_point == "mojolike.Tape.dropout" and e.value.option == "stream counter"
+
+
+# -- the sign of a zero seed ----------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ("oracle", "cpu-numba"))
+@pytest.mark.parametrize("case", sorted(EXACT_WITH_TORCH))
+def test_a_seed_of_minus_zero_gives_torchs_signed_zero_gradients(case, backend):
+    params, consts, build, _ = CASES[case]
+    ours, theirs = Tape(backend=backend), TorchOps()
+    got = ours.backward(build(ours, [ours.param(a.copy()) for a in params],
+                              [ours.const(a) for a in consts]), seed=-0.0)
+    want = theirs.backward(build(theirs, [theirs.param(a.copy()) for a in params],
+                                 [theirs.const(a) for a in consts]), seed=-0.0)
+    for g, t in zip(got, want):
+        assert (g == 0).all() and np.signbit(t).any()  # the example has negative zeros to keep
+        assert_same_bits(g, t, f"{case} with seed -0.0 on {backend}")
+
+
+@pytest.mark.parametrize("backend", ("oracle", "cpu-numba"))
+def test_a_seed_of_minus_zero_scales_a_losss_kept_gradient_with_its_sign(backend):
+    tape = Tape(backend=backend)
+    z = tape.param(data((4, 6), 3, 2.0))
+    (g,) = tape.backward(tape.cross_entropy(z, [1, 2, 3, 0]), seed=np.float32(-0.0))
+    _, dz = mojolike.cross_entropy(z.data, [1, 2, 3, 0], return_grad=True, backend=backend)
+    assert_same_bits(g, dz * np.float32(-0.0), "dz * -0.0")
+    assert np.signbit(g).sum() == np.count_nonzero(dz > 0)
+
+
+# -- retain_graph and the graph's memory ----------------------------------------------------------
+def live_values():
+    gc.collect()
+    return [o for o in gc.get_objects() if type(o) is Value]
+
+
+def test_backward_frees_the_graph_so_many_passes_without_reset_to_stay_bounded():
+    tape = Tape(backend="cpu-numba")
+    w, b = tape.param(data((32, 64), 1)), tape.param(data(32, 2))
+    x = data((64, 64), 3)
+
+    def one_pass():
+        loss = tape.mean(tape.relu(tape.linear(tape.const(x), w, b)))
+        return tape.backward(loss)
+
+    first = one_pass()
+    after_one = live_values()
+    for _ in range(49):
+        last = one_pass()
+    after_fifty = live_values()
+    assert len(after_fifty) == len(after_one) <= 3, (len(after_one), len(after_fifty))
+    assert sum(v.data.nbytes for v in after_fifty) == sum(v.data.nbytes for v in after_one)
+    for g, h in zip(first, last):
+        assert_same_bits(g, h, "pass 50 equals pass 1")
+
+
+def test_a_value_the_caller_holds_outlives_the_backward_that_freed_its_node():
+    tape = Tape(backend="oracle")
+    w = tape.param(np.float32([[1, -2], [3, 4]]))
+    h = tape.linear(tape.const(np.float32([[1, 2]])), w)
+    tape.backward(tape.sum(h))
+    assert h.data.tolist() == [[-3.0, 11.0]] and h.shape == (1, 2)
+    assert tape.sum(h).item() == 8.0  # a new forward may read it ...
+    with pytest.raises(Refusal) as e:  # ... but no backward walks its freed node again
+        tape.backward(tape.sum(h))
+    assert e.value.option == "loss" and "retain_graph=True" in str(e.value)
+
+
+@pytest.mark.parametrize("backend", ("oracle", "cpu-numba"))
+def test_retain_graph_keeps_the_graph_for_another_backward_with_the_same_bits(backend):
+    tape = Tape(backend=backend)
+    h, w = tape.param(data((5, 6), 17)), tape.param(data((40, 6), 18))
+    # h read twice: the head's kept d_hidden gets a second contribution, which must not write it
+    loss = tape.add(tape.chunked_lm_head_loss(h, w, T5 % 40), tape.sum(h))
+    kept = [a.copy() for a in loss._node.inputs[0]._node.saved]
+    first = tape.backward(loss, retain_graph=True)
+    assert [a.tolist() for a in loss._node.inputs[0]._node.saved] == [a.tolist() for a in kept]
+    for g in first:
+        g *= 2  # the caller owns what it got: the retained graph is not touched
+    second = tape.backward(loss, retain_graph=True)
+    third = tape.backward(loss)
+    for g, s, t in zip(first, second, third):
+        assert_same_bits(g, s * np.float32(2), "retained")
+        assert_same_bits(s, t, "the last backward")
+    with pytest.raises(Refusal) as e:
+        tape.backward(loss)
+    assert e.value.option == "loss" and "retain_graph=True" in str(e.value)
+
+
+def test_retain_graph_must_be_a_bool_and_a_refusal_consumes_nothing():
+    tape = Tape(backend="oracle")
+    p = tape.param(np.float32([1.0, 2.0]))
+    loss = tape.sum(tape.mul(p, p))
+    with pytest.raises(Refusal) as e:
+        tape.backward(loss, retain_graph=1)
+    assert e.value.option == "retain_graph" and e.value.entry_point == "mojolike.Tape.backward"
+    assert "True or False" in str(e.value)
+    assert tape.backward(loss)[0].tolist() == [2.0, 4.0]
+
+
+def test_an_interrupted_backward_consumes_nothing_and_can_be_run_again(monkeypatch):
+    tape = Tape(backend="cpu-numba")
+    w, h = tape.param(data((40, 6), 18)), tape.param(data((5, 6), 17))
+    x = tape.const(data((5, 6), 19))
+    loss = tape.chunked_lm_head_loss(tape.add(tape.linear(x, tape.param(data((6, 6), 20))), h),
+                                     w, T5 % 40)
+    kept = [a.copy() for a in loss._node.saved]
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(_tape, "linear_backward", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            tape.backward(loss)
+    assert [a.tolist() for a in loss._node.saved] == [a.tolist() for a in kept]
+    got = tape.backward(loss)
+    fresh = Tape(backend="cpu-numba")
+    fw, fh = fresh.param(w.data), fresh.param(h.data)
+    fl = fresh.chunked_lm_head_loss(fresh.add(fresh.linear(fresh.const(x.data), fresh.param(
+        tape.params[2].data)), fh), fw, T5 % 40)
+    for g, want in zip(got, fresh.backward(fl)):
+        assert_same_bits(g, want, "after the interrupt")
