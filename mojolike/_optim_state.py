@@ -228,11 +228,11 @@ def archive_index(f, file_size: int) -> dict[str, Stored]:
     holding every later member) would otherwise make a small file read as a huge one."""
     z = zipfile.ZipFile(f)  # parses the central directory only (its size is within the file)
     infos = z.infolist()
-    names = [i.filename for i in infos]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise ValueError(f"holds member {dup!r} twice")
+    seen = set()
     for i in infos:
+        if i.filename in seen:
+            raise ValueError(f"holds member {i.filename!r} twice")
+        seen.add(i.filename)
         if not i.filename.endswith(".npy"):
             raise ValueError(f"holds {i.filename!r}, which is not a .npy member")
         if i.compress_type != zipfile.ZIP_STORED or i.file_size != i.compress_size \
@@ -258,6 +258,8 @@ def archive_index(f, file_size: int) -> dict[str, Stored]:
 
 def _local_data_start(f, info: zipfile.ZipInfo) -> int:
     """Where a member's data starts, its local header checked against the central directory."""
+    if info.header_offset < 0:
+        raise ValueError(f"member {info.filename!r} starts before the file")
     f.seek(info.header_offset)
     head = f.read(_LOCAL.size)
     if len(head) != _LOCAL.size:
@@ -266,7 +268,7 @@ def _local_data_start(f, info: zipfile.ZipInfo) -> int:
     rest = f.read(n + m)
     name, extra = rest[:n], rest[n:]
     if sig != 0x04034B50 or len(rest) != n + m or method != zipfile.ZIP_STORED or flags & 0x9 \
-            or name != info.orig_filename.encode("utf-8" if flags & 0x800 else "cp437") \
+            or name != info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437") \
             or crc != info.CRC:
         raise ValueError(f"member {info.filename!r} has a local header that disagrees with "
                          f"the central directory")
