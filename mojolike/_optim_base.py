@@ -296,25 +296,30 @@ class _Optimizer:
         if self._device_params is None:
             self._reg.scatter()
 
-    def step_accumulated(self, microbatch_grads, tokens, max_norm=None, **unknown):
-        """Sum `accumulation_steps` microbatch gradients (accumulate_grads), then step."""
+    def step_accumulated(self, microbatch_grads, tokens, max_norm=None, *, aligned=None,
+                         **unknown):
+        """Sum `accumulation_steps` microbatch gradients (accumulate_grads), then step.
+
+        aligned: as accumulate_grads takes it (None: an unaligned split is refused in
+        numeric_mode="identical"; False: accepted); `aligned_` then says whether it was.
+        """
         e = self._ENTRY
-        checks.keywords(f"{e}.step_accumulated", unknown, ("microbatch_grads", "tokens", "max_norm"),
-                        _STEP_HINTS)
+        checks.keywords(f"{e}.step_accumulated", unknown, ("microbatch_grads", "tokens", "max_norm",
+                                                           "aligned"), _STEP_HINTS)
         if not isinstance(microbatch_grads, (list, tuple)) or \
                 len(microbatch_grads) != self.accumulation_steps:
             count = len(microbatch_grads) if isinstance(microbatch_grads, (list, tuple)) else None
             refuse(e, "microbatch_grads", f"must be a list of accumulation_steps="
                                           f"{self.accumulation_steps} gradients, got "
                                           f"{count if count is not None else type(microbatch_grads).__name__}")
-        aligned = split_is_exact(check_tokens(e, tokens, self.accumulation_steps))
+        exact = split_is_exact(check_tokens(e, tokens, self.accumulation_steps))
         try:
-            summed = accumulate_grads(microbatch_grads, tokens, backend=self.backend,
-                                      numeric_mode=self.numeric_mode)
-        except Refusal as r:  # a bad microbatch, refused under this entry point's name
+            summed = accumulate_grads(microbatch_grads, tokens, aligned=aligned,
+                                      backend=self.backend, numeric_mode=self.numeric_mode)
+        except Refusal as r:  # a bad microbatch or split, refused under this entry point's name
             raise r.at(e) from None
         total = self.step(summed, max_norm=max_norm)
-        self.aligned_ = aligned  # only once the step went through
+        self.aligned_ = exact  # only once the step went through
         return total
 
     def zero_grad(self, grads, **unknown) -> None:

@@ -100,27 +100,78 @@ def get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False, foreach=None,
     return float(total)
 
 
-def accumulate_grads(microbatch_grads, tokens, *, numeric_mode=None, backend=None, **unknown):
+class AccumulatedGrads(list):
+    """accumulate_grads' result for a list of buffers when asked with aligned=False: the summed
+    gradients, with `aligned` saying whether the split gives one batch's bits."""
+
+    aligned: bool | None = None
+
+
+class AccumulatedGrad(np.ndarray):
+    """accumulate_grads' result for one buffer when asked with aligned=False: the summed
+    gradient, with `aligned` as in AccumulatedGrads (views of it keep the label)."""
+
+    aligned: bool | None = None
+
+    def __array_finalize__(self, obj):
+        self.aligned = getattr(obj, "aligned", None)
+
+
+def _labelled(result, aligned: bool):
+    if isinstance(result, list):
+        out = AccumulatedGrads(result)
+    else:
+        out = result.view(AccumulatedGrad)
+    out.aligned = aligned
+    return out
+
+
+def check_split(entry: str, tokens: list[int], aligned, numeric_mode: str) -> bool:
+    """Whether the split is aligned (`accumulation_is_aligned`), refusing an unaligned one where
+    the caller did not opt out: in numeric_mode='identical' unless aligned=False, and with
+    aligned=True in any mode."""
+    if aligned is not None and not isinstance(aligned, (bool, np.bool_)):
+        refuse(entry, "aligned", "must be None (an unaligned split refused in identical mode), "
+                                 "False (accepted, the result labelled) or True", value=aligned)
+    want = None if aligned is None else bool(aligned)
+    exact = split_is_exact(tokens)
+    if not exact and (want or (want is None and numeric_mode == registry.CONTRACT_MODE)):
+        refuse(entry, "tokens", "is a split that is not aligned, so the sum's bits differ from "
+                                "one batch's gradient (microbatches of whole 1024-token subtrees "
+                                "are aligned, see accumulation_is_aligned); pass aligned=False "
+                                "to accept a result labelled as such", value=tokens)
+    return exact
+
+
+def accumulate_grads(microbatch_grads, tokens, *, aligned=None, numeric_mode=None, backend=None,
+                     **unknown):
     """The elementwise sum of microbatch gradients by the pairwise tree, in ascending order.
 
     Each entry is one buffer or a list of buffers (all with one structure); the
-    result has that structure, in new float32 arrays. `tokens` (one positive count
-    per microbatch) is validated; see `accumulation_is_aligned` for when the split
-    gives the unsplit gradient's bits.
+    result has that structure, in new float32 arrays. `tokens` holds one positive
+    count per microbatch. aligned=None: in numeric_mode="identical" the split must
+    be aligned (`accumulation_is_aligned`: the sum then has the unsplit gradient's
+    bits), else it is refused by name; aligned=False accepts any split and labels
+    the result (an AccumulatedGrads list or AccumulatedGrad array whose `aligned`
+    says whether it is aligned); aligned=True refuses an unaligned split in any mode.
 
     Reproducibility: level by level, (g0+g1), (g2+g3), ...; an odd last entry is
     carried up; every backend gives the same bits.
 
     >>> import numpy as np, mojolike
-    >>> mojolike.accumulate_grads([np.float32([1]), np.float32([2]), np.float32([4])], [8, 8, 8],
-    ...                           backend="oracle")
+    >>> mojolike.accumulate_grads([np.float32([1]), np.float32([2]), np.float32([4])],
+    ...                           [1024, 1024, 1024], backend="oracle")
     array([7.], dtype=float32)
+    >>> mojolike.accumulate_grads([np.float32([1]), np.float32([2])], [128, 128], aligned=False,
+    ...                           backend="oracle").aligned
+    False
     """
     e = "mojolike.accumulate_grads"
-    checks.keywords(e, unknown, ("microbatch_grads", "tokens", "numeric_mode", "backend"))
+    checks.keywords(e, unknown, ("microbatch_grads", "tokens", "aligned", "numeric_mode",
+                                 "backend"))
     if not isinstance(microbatch_grads, (list, tuple)) or not microbatch_grads:
         refuse(e, "microbatch_grads", "must be a non-empty list of gradients, one per microbatch")
-    check_tokens(e, tokens, len(microbatch_grads))
+    counts = check_tokens(e, tokens, len(microbatch_grads))
     k = registry.kernels(e, "optim", backend, numeric_mode)
     regs = []
     for i, entry in enumerate(microbatch_grads):
@@ -131,6 +182,7 @@ def accumulate_grads(microbatch_grads, tokens, *, numeric_mode=None, backend=Non
             refuse(e, f"microbatch_grads[{i}]", "does not have the structure of microbatch_grads[0] "
                                                 "(count and shapes)")
         regs.append((views, shapes, listed))
+    exact = check_split(e, counts, aligned, k.numeric_mode)
 
     def add(a, b):
         out = np.empty_like(a)
@@ -143,7 +195,8 @@ def accumulate_grads(microbatch_grads, tokens, *, numeric_mode=None, backend=Non
     _, shapes, listed = regs[0]
     sizes = np.cumsum([0] + [math.prod(s) for s in shapes])
     parts = [flat[a:b].reshape(s) for a, b, s in zip(sizes[:-1], sizes[1:], shapes)]
-    return parts if listed else parts[0]
+    result = parts if listed else parts[0]
+    return _labelled(result, exact) if aligned is not None and not aligned else result
 
 
 def check_tokens(entry: str, tokens, count: int) -> list[int]:

@@ -196,8 +196,8 @@ def test_accumulate_grads_is_the_pairwise_tree_in_the_structure_of_one_entry():
     mbs = [[np.float32([1.0, 2.0]), np.float32([[3.0]])] for _ in range(3)]
     mbs[1][0][0] = 2.0 ** 24
     mbs[2][0][0] = 1.0
-    out = mojolike.accumulate_grads(mbs, [4, 4, 4])
-    assert isinstance(out, list) and out[1].shape == (1, 1)
+    out = mojolike.accumulate_grads(mbs, [4, 4, 4], aligned=False)
+    assert isinstance(out, list) and out[1].shape == (1, 1) and out.aligned is False
     assert out[0][0] == np.float32(np.float32(1.0) + np.float32(2.0 ** 24)) + np.float32(1.0)
 
 
@@ -215,12 +215,56 @@ def test_accumulation_is_aligned_exactly_when_the_split_keeps_the_unsplit_bits(s
         tokens = bulk_normal(sum(sizes), f"t/split/{sizes}/{trial}") * np.float32(2.0 ** (trial % 7 * 3))
         whole = fold_spec.fold(tokens.tolist())
         parts = [np.float32([fold_spec.fold(tokens[a:b].tolist())]) for a, b in zip(edges[:-1], edges[1:])]
-        split = mojolike.accumulate_grads(parts, sizes, backend="oracle")[0]
+        split = mojolike.accumulate_grads(parts, sizes, aligned=False, backend="oracle")[0]
         differs |= bool(np.float32(whole).view(np.uint32) != split.view(np.uint32))
         if differs and not aligned:
             break
     assert differs != aligned, f"{sizes}: predicted aligned={aligned}, differs={differs}"
     assert aligned == (sizes in SPLITS[:8])  # the first eight are the aligned ones
+
+
+def test_accumulate_grads_refuses_an_unaligned_split_by_name_in_identical_mode():
+    mbs = [grads(j) for j in range(4)]
+    before = [[g.tobytes() for g in mb] for mb in mbs]
+    with pytest.raises(Refusal) as err:
+        mojolike.accumulate_grads(mbs, [128] * 4, backend="oracle")
+    assert err.value.option == "tokens" and "aligned=False" in str(err.value)
+    assert [[g.tobytes() for g in mb] for mb in mbs] == before
+    with pytest.raises(Refusal) as err:  # aligned=True asserts it, in any mode
+        mojolike.accumulate_grads(mbs, [128] * 4, aligned=True, numeric_mode="deterministic")
+    assert err.value.option == "tokens"
+    with pytest.raises(Refusal) as err:
+        mojolike.accumulate_grads(mbs, [128] * 4, aligned="no")
+    assert err.value.option == "aligned"
+    # outside identical mode no bits are promised: the same split is summed, unlabelled
+    out = mojolike.accumulate_grads(mbs, [128] * 4, numeric_mode="deterministic")
+    assert type(out) is list and not hasattr(out, "aligned")
+
+
+@pytest.mark.parametrize("tokens, aligned", [([128] * 4, False), ([2048] * 4, True)])
+def test_accumulate_grads_with_aligned_false_labels_the_result_with_the_truth(tokens, aligned):
+    mbs = [grads(j) for j in range(4)]
+    labelled = mojolike.accumulate_grads(mbs, tokens, aligned=False, backend="oracle")
+    one = mojolike.accumulate_grads([mb[0] for mb in mbs], tokens, aligned=False, backend="oracle")
+    assert labelled.aligned is aligned and one.aligned is aligned and one[1:].aligned is aligned
+    plain = mojolike.accumulate_grads(mbs, [2048] * 4, backend="oracle")  # same tree, same bits
+    assert not hasattr(plain, "aligned") and type(plain) is list
+    for a, b in zip(labelled, plain):
+        assert_same_bits(a, b)
+    assert_same_bits(one, plain[0])
+
+
+def test_step_accumulated_refuses_an_unaligned_split_unless_asked_and_says_which_it_took():
+    p = params()
+    opt = mojolike.SGD(p, lr=0.1, accumulation_steps=2)
+    before = [a.tobytes() for a in p]
+    with pytest.raises(Refusal) as err:
+        opt.step_accumulated([grads(0), grads(1)], [128, 128])
+    assert err.value.entry_point == "mojolike.SGD" and err.value.option == "tokens"
+    assert "aligned=False" in str(err.value) and opt.t == 0 and opt.aligned_ is None
+    assert [a.tobytes() for a in p] == before
+    opt.step_accumulated([grads(0), grads(1)], [128, 128], aligned=False)
+    assert opt.t == 1 and opt.aligned_ is False
 
 
 def test_step_accumulated_sums_microbatches_and_refuses_another_count():
