@@ -68,8 +68,9 @@ class OutlierDetector:
             return 0.0
         return (x - mean) / std
 
-    def state_dict(self) -> dict:
+    def state_dict(self, **unknown) -> dict:
         """Everything the detector holds (copies)."""
+        checks.keywords("mojolike.OutlierDetector.state_dict", unknown, ())
         return {"window": self.window, "buffer": list(self._buffer), "count": self._count,
                 "index": self._index, "sum": self._sum, "sum_sq": self._sum_sq}
 

@@ -87,20 +87,23 @@ class TrainConfig:
     def tokens_per_step(self) -> int:
         return self.batch_size * self.seq_len
 
-    def to_dict(self) -> dict:
+    def to_dict(self, **unknown) -> dict:
         """The configuration as plain JSON values (tuples as lists; every real a float)."""
+        checks.keywords(f"{_E}.to_dict", unknown, ())
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, d) -> TrainConfig:
+    def from_dict(cls, d, **unknown) -> TrainConfig:
         """The configuration `to_dict` wrote (unknown keys are refused by name)."""
+        checks.keywords(f"{_E}.from_dict", unknown, ("d",))
         if not isinstance(d, dict):
             refuse(_E, "config", f"must be a dict as to_dict() returns, not {type(d).__name__}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
-    def key(self) -> str:
+    def key(self, **unknown) -> str:
         """The configuration as canonical JSON (what a checkpoint and a run card name): the
         same text for every spelling of the same binary32 values (lr=1, 1.0, 1.00000001)."""
+        checks.keywords(f"{_E}.key", unknown, ())
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
 

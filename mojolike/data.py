@@ -39,15 +39,17 @@ _E = "mojolike.data"
 SHIPPED = Path(__file__).resolve().parent / "text" / "topics.txt"
 
 
-def shipped_text() -> bytes:
+def shipped_text(**unknown) -> bytes:
     """The shipped text's bytes: `mojolike/text/topics.txt` after its header line."""
+    checks.keywords("mojolike.data.shipped_text", unknown, ())
     raw = SHIPPED.read_bytes()
     return raw[raw.index(b"\n") + 1:]
 
 
-def pydoc_text() -> bytes:
+def pydoc_text(**unknown) -> bytes:
     """The topics of the running Python's `pydoc_data.topics`, in sorted key order, concatenated,
     as UTF-8 bytes (the source of the shipped text; it differs between Python versions)."""
+    checks.keywords("mojolike.data.pydoc_text", unknown, ())
     from pydoc_data.topics import topics
     return "".join(topics[k] for k in sorted(topics)).encode("utf-8")
 
@@ -112,9 +114,14 @@ class TextStream:
         return np.ascontiguousarray(span[:, :-1]), np.ascontiguousarray(span[:, 1:])
 
 
-@functools.lru_cache(maxsize=1)
-def default_stream() -> TextStream:
+def default_stream(**unknown) -> TextStream:
     """The `shipped_text()` stream, read once per process."""
+    checks.keywords("mojolike.data.default_stream", unknown, ())
+    return _default_stream()
+
+
+@functools.lru_cache(maxsize=1)
+def _default_stream() -> TextStream:
     return TextStream()
 
 

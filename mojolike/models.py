@@ -21,9 +21,10 @@ _E = "mojolike.models.TinyLM"
 IGNORE_INDEX = -100  # torch's default, and the head's
 
 
-def linear_bound(fan_in: int) -> float:
+def linear_bound(fan_in: int, **unknown) -> float:
     """torch's nn.Linear bound 1/sqrt(fan_in) (kaiming_uniform with a=sqrt(5) for the weight,
     the same bound for the bias), as the float32 nearest its exact value."""
+    checks.keywords("mojolike.models.linear_bound", unknown, ("fan_in",))
     return round_sqrt_fraction(Fraction(1, fan_in))
 
 
@@ -113,11 +114,13 @@ class TinyLM:
                 "dropout": self.dropout, "eps": self.eps, "chunk_size": self.chunk_size,
                 "seed": self.seed}
 
-    def parameters(self) -> list[np.ndarray]:
+    def parameters(self, **unknown) -> list[np.ndarray]:
         """The parameter arrays in the fixed order of `NAMES` (the model's own: update in place)."""
+        checks.keywords(f"{_E}.parameters", unknown, ())
         return list(self._params)
 
-    def named_parameters(self) -> list[tuple[str, np.ndarray]]:
+    def named_parameters(self, **unknown) -> list[tuple[str, np.ndarray]]:
+        checks.keywords(f"{_E}.named_parameters", unknown, ())
         return list(zip(self.NAMES, self._params))
 
     def register(self, tape, **unknown) -> tuple[Value, ...]:

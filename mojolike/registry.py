@@ -28,7 +28,7 @@ import sysconfig
 import threading
 from dataclasses import dataclass
 
-from . import fpstate
+from . import checks, fpstate
 from .refusals import BackendUnavailable, refuse
 
 BACKENDS = ("oracle", "cpu-numba", "cpu-cffi", "cuda", "cuda-sim")
@@ -170,8 +170,9 @@ def _cached_status(name: str) -> tuple[bool, str]:
     return _status_cache[name]
 
 
-def backends() -> list[BackendInfo]:
+def backends(**unknown) -> list[BackendInfo]:
     """Every backend, whether it can run in this process and, if not, why."""
+    checks.keywords("mojolike.backends", unknown, ())
     return [BackendInfo(name, *_cached_status(name), _DESCRIPTIONS[name]) for name in BACKENDS]
 
 
@@ -267,13 +268,15 @@ def check_label(entry: str, k, backend: str, mode: str) -> None:
             value=backend)
 
 
-def backend_used() -> str | None:
+def backend_used(**unknown) -> str | None:
     """The backend reported by the kernels of the last call in this thread (None before any)."""
+    checks.keywords("mojolike.backend_used", unknown, ())
     k = getattr(_used, "kernels", None)
     return None if k is None else k.backend
 
 
-def numeric_mode_used() -> str | None:
+def numeric_mode_used(**unknown) -> str | None:
     """The numeric mode reported by the kernels of the last call in this thread."""
+    checks.keywords("mojolike.numeric_mode_used", unknown, ())
     k = getattr(_used, "kernels", None)
     return None if k is None else k.numeric_mode
