@@ -1,6 +1,7 @@
 """numba CPU kernels for fold, sumsq and dot, and per-segment sums of squares.
 
-Parallel over groups of 1024-element chunks (prange). A chunk's 32 lane
+Parallel over groups of 1024-element chunks (prange), on the calling thread below
+native/threads.PARALLEL_MIN elements (a serial twin of the same kernel). A chunk's 32 lane
 accumulators are two explicit vectors (native/simd.py: lanes 0-15 and 16-31),
 so the loop is packed on every target LLVM may pick, with no reassociation:
 each step adds one row of 32 elements lane by lane, as the tree says, and
@@ -34,6 +35,7 @@ from numba.core.extending import intrinsic
 from .._params import table
 from ..oracles.fold import CHUNK, LANES
 from .simd import WIDTH, vadd, vbutterfly, vload, vmul, vsplat
+from .threads import Twin, num_threads
 
 NEG_ZERO = np.float32(-0.0)
 GROUP = 16  # chunks per parallel task: amortizes the lane array over 16 KiB of input
@@ -186,6 +188,12 @@ HOT_KERNELS = {"fold._fold_partials": (_fold_partials, ("addps",)),
                "fold._dot_partials": (_dot_partials, ("mulps", "addps")),
                "fold._segment_sumsq": (_segment_sumsq, ("mulps", "addps"))}
 
+# called with the number of elements first: below native/threads.PARALLEL_MIN they run on
+# the calling thread
+fold_partials = Twin(_fold_partials)
+dot_partials = Twin(_dot_partials)
+segment_sumsq_kernel = Twin(_segment_sumsq)
+
 
 def _workspace(n: int) -> np.ndarray:
     return np.empty((n + CHUNK - 1) // CHUNK, np.float32)
@@ -196,7 +204,7 @@ def segment_sumsq(x, offsets) -> np.ndarray:
     `offsets`, or pieces, or a list of 1-D float32 arrays of the sizes `offsets` says."""
     offsets = np.ascontiguousarray(offsets, np.int64)
     out = np.empty(offsets.size - 1, np.float32)
-    _segment_sumsq(table(x, offsets), offsets, out)
+    segment_sumsq_kernel(offsets[-1], table(x, offsets), offsets, out)
     return out
 
 
@@ -209,7 +217,7 @@ class NumbaThreads:
 
     @staticmethod
     def get_num_threads() -> int:
-        return numba.get_num_threads()
+        return num_threads()
 
     @staticmethod
     def max_threads() -> int:
@@ -223,21 +231,21 @@ class NumbaFold(NumbaThreads):
 
     def __init__(self, mode: str):
         self.numeric_mode = mode
-        self.details = {"numba": numba.__version__, "threads": numba.get_num_threads(),
+        self.details = {"numba": numba.__version__, "threads": num_threads(),
                         "kernels": "vendor (numpy)" if mode == "fast" else "fold tree"}
 
     def fold(self, x):
         if self.numeric_mode == "fast":
             return np.float32(np.sum(x, dtype=np.float32))
         p = _workspace(x.size)
-        _fold_partials(x, p)
+        fold_partials(x.size, x, p)
         return np.float32(_pairwise(p))
 
     def dot(self, a, b):
         if self.numeric_mode == "fast":
             return np.float32(np.dot(a, b))
         p = _workspace(a.size)
-        _dot_partials(a, b, p)
+        dot_partials(a.size, a, b, p)
         return np.float32(_pairwise(p))
 
     def sumsq(self, x):

@@ -14,7 +14,9 @@ neither the thread count nor the other rows reach a cell's arithmetic.
 `col_fold(a, b)` folds each column over the rows (lane = row mod 32 within a
 chunk of 1024 rows), 16 columns per vector; `segment_fold` does the same over a
 list of rows per segment (the embedding gradient). `rms_norm` and
-`rms_norm_backward` are oracles/layers.py's rounding order, a row per task.
+`rms_norm_backward` are oracles/layers.py's rounding order, a row per task. Each
+kernel runs on the calling thread below native/threads.PARALLEL_MIN elements of work,
+counted as native/c/layers.c counts them (the GEMM's multiply-adds over 32).
 
 Reproducibility: identical mode gives the oracle's bits (contracts/layers.md);
 no sum is split by thread.
@@ -37,6 +39,7 @@ from numba.core.extending import intrinsic
 
 from .fold import NEG_ZERO, NumbaThreads
 from .simd import vadd, vbutterfly, vload, vmul, vsplat, vstore
+from .threads import Twin, num_threads
 
 _STRICT = dict(cache=True, error_model="numpy")  # fastmath off: no contraction, no reassociation
 IN1 = types.Array(float32, 1, "C", readonly=True)
@@ -493,6 +496,14 @@ def _relu(x, out):
 
 _PLACEHOLDER = np.zeros(16, np.float32)  # the bias / weight argument when there is none
 
+# called with their work first, as native/c/layers.c measures it (the GEMM's multiply-adds over
+# 32, the other kernels' elements): below native/threads.PARALLEL_MIN they run on the calling
+# thread
+gemm_nt_kernel, col_fold_kernel = Twin(_gemm_nt), Twin(_col_fold)
+segment_fold_kernel = Twin(_segment_fold)
+rms_norm_kernel, rms_norm_backward_kernel = Twin(_rms_norm), Twin(_rms_norm_backward)
+row_chunk_folds_kernel, relu_kernel = Twin(_row_chunk_folds), Twin(_relu)
+
 
 class NumbaLayers(NumbaThreads):
     """The layers family's kernels on the CPU with numba (the interface of contracts/layers.md).
@@ -506,49 +517,53 @@ class NumbaLayers(NumbaThreads):
 
     def __init__(self, mode: str):
         self.numeric_mode = mode
-        self.details = {"numba": numba.__version__, "threads": numba.get_num_threads()}
+        self.details = {"numba": numba.__version__, "threads": num_threads()}
 
     def gemm_nt(self, a, b, bias, has_bias, out):
         """out[i, j] = fold_k a[i, k] * b[j, k] (+ bias[j]); a (M, K), b (N, K), out (M, N)."""
         m, k = a.shape
-        _gemm_nt(a.reshape(-1), b.reshape(-1), m, b.shape[0], k,
-                 bias if has_bias else _PLACEHOLDER, bool(has_bias), False, out.reshape(-1))
+        n = b.shape[0]
+        gemm_nt_kernel(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k,
+                       bias if has_bias else _PLACEHOLDER, bool(has_bias), False, out.reshape(-1))
 
     def gemm_nt_chunks(self, a, b, out):
         """out (ceil(K/1024), M, N): the chunk partials of gemm_nt's cells (no pairwise tree)."""
         m, k = a.shape
-        _gemm_nt(a.reshape(-1), b.reshape(-1), m, b.shape[0], k, _PLACEHOLDER, False, True,
-                 out.reshape(-1))
+        n = b.shape[0]
+        gemm_nt_kernel(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k, _PLACEHOLDER, False,
+                       True, out.reshape(-1))
 
     def row_chunk_folds(self, a, out):
         """out (M, ceil(C/1024)): the fold's chunk partials of every row of a (M, C)."""
         m, c = a.shape
-        _row_chunk_folds(a.reshape(-1), m, c, out.reshape(-1))
+        row_chunk_folds_kernel(m * c, a.reshape(-1), m, c, out.reshape(-1))
 
     def col_fold(self, a, b, products, out):
         """out[n] = fold over rows m of a[m, n] (with `products`, of the rounded a[m, n] * b[m, n])."""
         m, ncols = a.shape
-        _col_fold(a.reshape(-1), (b if products else a).reshape(-1), bool(products), m, ncols, out)
+        col_fold_kernel(m * ncols, a.reshape(-1), (b if products else a).reshape(-1),
+                        bool(products), m, ncols, out)
 
     def segment_fold(self, dy, order, starts, rows, out):
         """out[rows[s], :] = fold over q in [starts[s], starts[s+1]) of dy[order[q], :]; out is
         (V, D), its other rows untouched."""
-        _segment_fold(dy.reshape(-1), dy.shape[1], order, starts, rows, out.reshape(-1))
+        work = (int(starts[-1]) - int(starts[0])) * dy.shape[1] if starts.size else 0
+        segment_fold_kernel(work, dy.reshape(-1), dy.shape[1], order, starts, rows, out.reshape(-1))
 
     def rms_norm(self, x, w, has_w, eps, y):
         m, d = x.shape
-        _rms_norm(x.reshape(-1), m, d, w if has_w else _PLACEHOLDER, bool(has_w), np.float32(eps),
-                  y.reshape(-1))
+        rms_norm_kernel(m * d, x.reshape(-1), m, d, w if has_w else _PLACEHOLDER, bool(has_w),
+                        np.float32(eps), y.reshape(-1))
 
     def rms_norm_backward(self, dy, x, w, has_w, eps, dx, h):
         """dx; with a weight also h = x * r (for dweight = col_fold(dy, h))."""
         m, d = x.shape
-        _rms_norm_backward(dy.reshape(-1), x.reshape(-1), m, d, w if has_w else _PLACEHOLDER,
-                           bool(has_w), np.float32(eps), dx.reshape(-1),
-                           h.reshape(-1) if has_w else _PLACEHOLDER.copy())
+        rms_norm_backward_kernel(m * d, dy.reshape(-1), x.reshape(-1), m, d,
+                                 w if has_w else _PLACEHOLDER, bool(has_w), np.float32(eps),
+                                 dx.reshape(-1), h.reshape(-1) if has_w else _PLACEHOLDER.copy())
 
     def relu(self, x, out):
-        _relu(x.reshape(-1), out.reshape(-1))
+        relu_kernel(x.size, x.reshape(-1), out.reshape(-1))
 
 
 def load(mode: str, backend: str = "cpu-numba") -> NumbaLayers:

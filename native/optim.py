@@ -13,7 +13,8 @@ tensors' offsets (mojolike._params.table): a list of separate arrays is updated 
 lies, with no copy, and a flat array is the table of one tensor. The work is
 split by element ranges (TASK elements per parallel task, across tensor
 boundaries), so one big tensor spreads over every thread and 200 small ones
-cost one launch. Inside a task each tensor's run is 16-lane vectors, then
+cost one launch; below native/threads.PARALLEL_MIN elements in all, a step runs on
+the calling thread and costs none. Inside a task each tensor's run is 16-lane vectors, then
 scalars for its last < 16 elements; a lane is the scalar operation, so where
 the runs are cut never reaches the bits. Every step reads a gradient as
 g * grad_scale (one binary32 multiply, first, in the element source; 1 when
@@ -54,6 +55,7 @@ from . import fold
 from .fold import I64, IN, NEG_ZERO, at
 from .simd import (WIDTH, vadd, vbutterfly, vdiv, vlane, vload, vmul, vsplat, vsqrt, vstore,
                    vsub)
+from .threads import Twin, num_threads
 
 sqrt = math.sqrt  # numba lowers math.sqrt of a float32 to the IEEE sqrtss instruction
 PRIMITIVES = ("add", "sub", "mul", "div", "sqrt")
@@ -333,7 +335,7 @@ def segment_sums(x, offsets, squares: bool) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.ascontiguousarray(offsets, np.int64)
     sums = np.empty(offsets.size - 1, np.float32)
     sumsqs = np.empty(sums.size if squares else 0, np.float32)
-    _segment_sums(table(x, offsets), offsets, squares, sums, sumsqs)
+    segment_sums_kernel(offsets[-1], table(x, offsets), offsets, squares, sums, sumsqs)
     return sums, sumsqs
 
 
@@ -344,6 +346,11 @@ HOT_KERNELS = {"optim._sgd": (_sgd, ("mulps", "addps", "subps")),
                "optim._scale": (_scale, ("mulps",)), "optim._add": (_add, ("addps",)),
                "optim._all_finite": (_all_finite, ("subps", "addps")),
                "optim._segment_sums": (_segment_sums, ("mulps", "addps"))}
+
+# called with the number of elements first: below native/threads.PARALLEL_MIN they run on
+# the calling thread
+sgd_kernel, adam_kernel, scale_kernel, add_kernel = Twin(_sgd), Twin(_adam), Twin(_scale), Twin(_add)
+all_finite_kernel, segment_sums_kernel = Twin(_all_finite), Twin(_segment_sums)
 
 
 class NumbaOptim(fold.NumbaThreads):
@@ -356,7 +363,7 @@ class NumbaOptim(fold.NumbaThreads):
 
     def __init__(self, mode: str):
         self.numeric_mode = mode
-        self.details = {"numba": numba.__version__, "threads": numba.get_num_threads()}
+        self.details = {"numba": numba.__version__, "threads": num_threads()}
 
     def new_state(self, n: int):
         return np.zeros(n, np.float32)
@@ -368,25 +375,26 @@ class NumbaOptim(fold.NumbaThreads):
         (tp, tg), cut = operands(p, g)
         # without momentum b is a placeholder: every entry points at it, none is touched
         tb = table(b, cut if use_momentum else np.zeros_like(cut))
-        _sgd(tp, tg, tb, cut, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay,
-             nesterov, maximize, _coef(grad_scale), bool(write_back))
+        sgd_kernel(cut[-1], tp, tg, tb, cut, first, lr, momentum, one_minus_damp, wd, use_momentum,
+                   use_decay, nesterov, maximize, _coef(grad_scale), bool(write_back))
 
     def adam(self, p, g, m, v, *scalars_and_flags, grad_scale=None, write_back=False):
         """One Adam pass reading each gradient as g * grad_scale (None: 1); with write_back the
         scaled gradient is stored into g, else g is left as it was."""
         (tp, tg, tm, tv), cut = operands(p, g, m, v)
-        _adam(tp, tg, tm, tv, cut, *scalars_and_flags, _coef(grad_scale), bool(write_back))
+        adam_kernel(cut[-1], tp, tg, tm, tv, cut, *scalars_and_flags, _coef(grad_scale),
+                    bool(write_back))
 
     def scale(self, g, coef):
         (tg,), cut = operands(g)
-        _scale(tg, cut, coef)
+        scale_kernel(cut[-1], tg, cut, coef)
 
     def add(self, a, b, out):
-        _add(a, b, out)
+        add_kernel(out.size, a, b, out)
 
     def all_finite(self, x) -> bool:
         (tx,), cut = operands(x)
-        return bool(_all_finite(tx, cut))
+        return bool(all_finite_kernel(cut[-1], tx, cut))
 
     def segment_sumsq(self, x, offsets):
         return fold.segment_sumsq(x, offsets)
@@ -404,7 +412,7 @@ class NumbaOptim(fold.NumbaThreads):
         sq = np.empty(sumsqs.size, np.float32)
         _norm_squares(sumsqs, sq)
         p = fold._workspace(sq.size)
-        fold._fold_partials(sq, p)
+        fold.fold_partials(sq.size, sq, p)
         total, coef = _clip_finish(fold._pairwise(p), max_norm, eps)
         return np.float32(total), np.float32(coef)
 
