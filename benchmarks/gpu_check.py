@@ -18,6 +18,7 @@ Reproducibility: nothing here computes a result; it only arranges and reports.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -112,8 +113,12 @@ def cards(backend: str, cards_dir: Path, status: Path, to_commit: Path) -> list[
         from mojolike.contracts.provenance import real_gpu_run
     except Exception as e:
         return [f"mojolike does not import ({type(e).__name__}: {e}): no suite checked"]
+    chosen = os.environ.get("MOJOLIKE_GPU_SUITES", "").split() or SUITES
     lines = []
     for suite in SUITES:
+        if suite not in chosen:
+            lines.append(f"{suite}: not run (not in MOJOLIKE_GPU_SUITES)")
+            continue
         rc, seconds = done.get(suite, ("none", "-"))
         head = f"{suite}: exit {rc if rc != 'none' else 'none (did not finish)'}, {seconds} s"
         path = cards_dir / backend / f"{suite}.meta.json"

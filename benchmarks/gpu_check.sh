@@ -18,7 +18,8 @@
 # Settings: MOJOLIKE_GPU_PYTHON (python3); MOJOLIKE_GPU_BACKEND (cuda; cuda-sim where
 # NUMBA_ENABLE_CUDASIM=1, since the simulator hides the GPU from `cuda`); MOJOLIKE_GPU_BUDGET_S
 # (420); MOJOLIKE_GPU_SLOWER (1: every phase's limit times this); MOJOLIKE_GPU_JOBS (suites
-# certified at once: the CPU count less 2, at most 10); MOJOLIKE_GPU_INSTALL (pip; tree skips pip).
+# certified at once: the CPU count less 2, at most 10); MOJOLIKE_GPU_INSTALL (pip; tree skips pip);
+# MOJOLIKE_GPU_SUITES (every suite of mojolike's list; a rehearsal may name fewer).
 # Rehearse it with no network and no GPU: bash benchmarks/gpu_rehearsal.sh.
 set -uo pipefail
 SELF=$(realpath "$0")
@@ -142,9 +143,16 @@ keep "$WORK/log-install" "$WORK/log-tree" "$WORK/log-backends" "$WORK/log-numba-
 # side by side: certify (several suites at once; the oracle side is single-threaded Python),
 # the PTX lint (compiles on the CPU; under the simulator it would skip) and the kernel tests
 SUITES=$(timeout 60 "$PY" -c "from mojolike.contracts import SUITES; print(*SUITES)" 2>>"$LOG")
+if [ -n "${MOJOLIKE_GPU_SUITES-}" ]; then
+    SUITES=$MOJOLIKE_GPU_SUITES
+    echo "certify: only the suites $SUITES (MOJOLIKE_GPU_SUITES)" >> "$WORK/phases"
+fi
+# the slowest first (their oracles take longest), so the last to start is a short one
+ORDER=$(for s in layers train distributed $SUITES; do [[ " $SUITES " == *" $s "* ]] && echo "$s"; done \
+        | awk '!seen[$0]++')
 if [ -n "$SUITES" ]; then
     phase certify 300 xargs -P "$JOBS" -I{} bash "$SELF" --certify-one {} "$WORK" \
-        <<< "$(printf '%s\n' $SUITES)" &
+        <<< "$ORDER" &
     certify_pid=$!
 else
     echo "certify: not run, mojolike's suite list did not import" >> "$WORK/phases"

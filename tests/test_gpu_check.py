@@ -112,3 +112,29 @@ def test_the_script_writes_its_summary_when_no_python_runs(tmp_path):
     summary = (out / "summary.txt").read_text()
     assert "install: none" in summary and "certify: not run" in summary
     assert sorted(p.name for p in out.iterdir()) == ["bench_fold.txt", "log.txt", "summary.txt"]
+
+
+def test_only_a_green_cuda_run_with_the_whole_device_record_is_marked_to_commit(tmp_path):
+    import json
+
+    from mojolike.cards import reference_path
+    from mojolike.contracts import cardformat
+    md5 = {s: cardformat.read(reference_path(s)).md5 for s in ("fold", "optim", "loss")}
+    device = {"device": "NVIDIA H200", "compute_capability": "9.0", "driver": "13.0",
+              "runtime": "13.0"}
+    metas = {"fold": {"ok": True, "card_md5": md5["fold"], "cuda": device},
+             "optim": {"ok": True, "card_md5": md5["optim"], "cuda": dict(device, runtime=None)},
+             "loss": {"ok": False, "card_md5": md5["loss"], "cuda": device}}
+    (tmp_path / "cards" / "cuda").mkdir(parents=True)
+    for suite, m in metas.items():
+        m.update(backend="cuda", clauses={"a": {"status": "pass"}})
+        (tmp_path / "cards" / "cuda" / f"{suite}.meta.json").write_text(json.dumps(m))
+    status = tmp_path / "status"
+    status.write_text("fold 0 1.0\noptim 0 1.0\nloss 1 1.0\n")
+    lines = helper().cards("cuda", tmp_path / "cards", status, tmp_path / "to-commit")
+    assert sorted(p.name for p in (tmp_path / "to-commit").iterdir()) == ["fold.cuda.meta.json"]
+    said = {ln.split(":")[0]: ln for ln in lines}
+    assert "; to commit: fold.cuda.meta.json: NVIDIA H200" in said["fold"]
+    assert "not to commit" in said["optim"] and "runtime" in said["optim"]
+    assert "to commit" not in said["loss"] and "ok False" in said["loss"]
+    assert said["rng"] == "rng: exit none (did not finish), - s, no meta written"
