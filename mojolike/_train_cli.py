@@ -27,7 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-from tqdm import tqdm
 
 from . import checks
 from .refusals import Refusal
@@ -144,6 +143,7 @@ def main(args) -> int:
     print(f"mojolike train: TinyLM d_model={c.d_model} vocab={c.vocab}, {c.tokens_per_step} tokens "
           f"per step in {c.microbatches} microbatch(es){split}, steps {t.step + 1}..{until} of "
           f"{c.steps} on {t.backend} ({t.numeric_mode})", file=sys.stderr)
+    from tqdm import tqdm  # only the training command needs it (certify does not)
     bar = tqdm(total=until, initial=t.step, unit="step", file=sys.stderr, mininterval=0.25,
                dynamic_ncols=True)
     started, timed = time.perf_counter(), {"t": time.perf_counter()}
