@@ -1,6 +1,6 @@
 """The same small training on cpu-numba and cpu-cffi, quiet and beside busy processes.
 
-    python benchmarks/load.py [--steps 30] [--reps 3] [--busy 2] [--backends cpu-numba,cpu-cffi]
+    python benchmarks/load.py [--steps 50] [--reps 3] [--busy 2] [--backends cpu-numba,cpu-cffi]
                               [--env NAME=VALUE ...]
 
 Each run is a fresh process (as `mojolike train` is) that builds the default
@@ -11,7 +11,9 @@ in `while True: pass` (this script starts them and kills them by their pid after
 run). Rounds alternate quiet and loaded runs of every backend, so a burst of someone
 else's load hits every row.
 
-Prints, per backend, each condition's times (ms per step, median and best), the
+Prints, per backend, each condition's times, median and best: a step after the
+warm one (ms) and the whole run (s, the process from its start, as a user of
+`mojolike train` waits for it: imports and numba's cache are in it); for each, the
 slowdown (loaded median / quiet median) and the ratio of cpu-numba's slowdown to
 cpu-cffi's (target: at most 1.5); then the CPU model, the load average before and
 after, and the cores other processes used during the quiet runs (from /proc, as
@@ -53,13 +55,15 @@ def run_once(backend: str, steps: int, busy: int, env: dict) -> dict:
     try:
         if spinners:
             time.sleep(0.2)  # let them take their cores
+        start = time.perf_counter()
         out = subprocess.run([sys.executable, __file__, "--child", backend, "--steps", str(steps)],
                              env=env, check=True, capture_output=True, text=True).stdout
+        wall = time.perf_counter() - start
     finally:
         for p in spinners:
             p.kill()
             p.wait()
-    return json.loads(out.strip().splitlines()[-1])
+    return dict(json.loads(out.strip().splitlines()[-1]), wall=wall)
 
 
 def loadavg() -> str:
@@ -72,7 +76,7 @@ def loadavg() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--busy", type=int, default=2, help="competing busy processes when loaded")
     ap.add_argument("--backends", default="cpu-numba,cpu-cffi")
@@ -86,6 +90,7 @@ def main() -> None:
     backends = a.backends.split(",")
     conditions = {"quiet": 0, f"{a.busy} busy": a.busy}
     ms = {(b, c): [] for b in backends for c in conditions}
+    wall = {(b, c): [] for b in backends for c in conditions}
     other_quiet, digests = [], set()
     before = loadavg()
     for rep in range(a.reps):
@@ -93,22 +98,27 @@ def main() -> None:
             for b in backends:
                 r = run_once(b, a.steps, busy, env)
                 ms[b, cond].append(r["ms"])
+                wall[b, cond].append(r["wall"])
                 digests.add(r["digest"])
                 if not busy:
                     other_quiet.append(r["other"])
-                print(f"  round {rep + 1}: {b:9s} {cond:7s} {r['ms']:7.1f} ms/step "
-                      f"(other processes {r['other']:.2f} cores)", flush=True)
-    print(f"\nTrainer(TrainConfig(steps={a.steps})): ms per step, median (best) of {a.reps}; "
-          f"{'same digest in every run' if len(digests) == 1 else 'DIGESTS DIFFER'}")
-    slow = {}
-    for b in backends:
-        med = {c: statistics.median(ms[b, c]) for c in conditions}
-        cells = "  ".join(f"{c} {med[c]:7.1f} ({min(ms[b, c]):6.1f})" for c in conditions)
-        slow[b] = med[f"{a.busy} busy"] / med["quiet"]
-        print(f"  {b:9s} {cells}  slowdown {slow[b]:.2f}x")
-    if {"cpu-numba", "cpu-cffi"} <= slow.keys():
-        print(f"  cpu-numba's slowdown / cpu-cffi's: {slow['cpu-numba'] / slow['cpu-cffi']:.2f} "
-              f"(target <= 1.5)")
+                print(f"  round {rep + 1}: {b:9s} {cond:7s} {r['ms']:7.1f} ms/step, the run "
+                      f"{r['wall']:5.1f} s (other processes {r['other']:.2f} cores)", flush=True)
+    same = "same digest in every run" if len(digests) == 1 else "DIGESTS DIFFER"
+    print(f"\nTrainer(TrainConfig(steps={a.steps})), median (best) of {a.reps}; {same}")
+    for what, table, unit in (("a step after the warm one", ms, "ms"),
+                              ("the whole run (process start, imports, caches, warm step, "
+                               "steps)", wall, "s")):
+        print(f" {what}, {unit}:")
+        slow = {}
+        for b in backends:
+            med = {c: statistics.median(table[b, c]) for c in conditions}
+            cells = "  ".join(f"{c} {med[c]:7.1f} ({min(table[b, c]):6.1f})" for c in conditions)
+            slow[b] = med[f"{a.busy} busy"] / med["quiet"]
+            print(f"  {b:9s} {cells}  slowdown {slow[b]:.2f}x")
+        if {"cpu-numba", "cpu-cffi"} <= slow.keys():
+            print(f"  cpu-numba's slowdown / cpu-cffi's: "
+                  f"{slow['cpu-numba'] / slow['cpu-cffi']:.2f} (target <= 1.5)")
     print(f"CPU: {cpu_model()}")
     print(f"load average before {before}, after {loadavg()}; other processes during the quiet "
           f"runs: {statistics.median(other_quiet):.2f} cores median, {max(other_quiet):.2f} max")

@@ -3,7 +3,9 @@ ways give the same bits; numba's thread pool starts passive (native/threads.py).
 
 Each kernel the threshold dispatches runs at work sizes just below, at and above the
 threshold three ways: as dispatched, forced onto its serial twin and forced onto numba's
-pool (the threshold patched to infinity and to 0); the outputs' bytes must agree.
+pool (the threshold patched to infinity and to 0); the outputs' bytes must agree. The
+serial twins of hot kernels are checked for packed loops on this host (tests/test_vectorized.py
+checks the parallel kernels on every target).
 """
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import os
 import subprocess
 import sys
 
+import numba
 import numpy as np
 import pytest
 from conftest import assert_same_bits
+from test_vectorized import packed_in_loops
 
 from mojolike import registry
 from mojolike.native import fold, layers, optim, threads
@@ -220,3 +224,29 @@ def test_numbas_pool_starts_passive_before_any_kernel_loads_and_the_environment_
 def test_a_wait_policy_the_user_set_is_left_as_it_is():
     first, after, *_ = launched(OMP_WAIT_POLICY="ACTIVE")
     assert (first, after) == ("ACTIVE", "ACTIVE")
+
+
+def twinned_hot_kernels():
+    """(label, twin, wanted packed operations) of every hot kernel (HOT_KERNELS, read by
+    tests/test_vectorized.py) that a Twin dispatches."""
+    out = []
+    for mod in (fold, optim, layers):
+        twins = {id(t.parallel): t for t in vars(mod).values() if isinstance(t, threads.Twin)}
+        for label, entry in mod.HOT_KERNELS.items():
+            kernel, wanted = entry if isinstance(entry, tuple) else (entry, None)
+            if id(kernel) in twins:
+                out.append(pytest.param(twins[id(kernel)], wanted, id=label))
+    return out
+
+
+@pytest.mark.parametrize("twin,wanted", twinned_hot_kernels())
+def test_the_serial_twins_of_hot_kernels_are_packed_in_their_loops_on_this_host(twin, wanted):
+    """The twin's loops are the parallel kernel's (the same body, the same inline vector
+    functions); this checks that compiling it without parallel=True keeps them packed."""
+    sigs = [c.signature for c in twin.serial.overloads.values()]
+    options = {k: v for k, v in twin.parallel.targetoptions.items()
+               if k not in ("parallel", "nopython")}
+    fresh = numba.njit(sigs, **options)(twin.serial.py_func)  # uncached: inspect_asm needs it
+    found = packed_in_loops(fresh.inspect_asm(fresh.signatures[0]))
+    ops = {k.split(":")[0].lstrip("v") for k in found}
+    assert found and (wanted is None or set(wanted) <= ops), found
