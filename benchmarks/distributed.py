@@ -61,7 +61,7 @@ def job(rank: int, world: int, elements: int, rounds: int, backend: str) -> dict
     out = {"ours_s": ours_t, "torch_s": torch_t, "ours_bytes": ours_b, "torch_bytes": torch_b}
     if rank == 0:
         want = mojolike.accumulate_grads([_gradient(p, elements) for p in range(world)],
-                                         [1] * world, backend=backend)
+                                         [2048] * world, backend=backend)
         out["ours_equal"] = bool((x.view(np.uint32) == want.view(np.uint32)).all())
         out["torch_differs"] = int((y.numpy().view(np.uint32) != want.view(np.uint32)).sum())
     return out

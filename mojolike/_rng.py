@@ -267,7 +267,8 @@ class Generator:
         entry = f"{_GEN}.normal"
         checks.keywords(entry, unknown, ("shape", "mean", "std", "stream", "offset"))
         dims, n = _shape(entry, shape)
-        mu, sd = _f32(entry, "mean", mean), _std(entry, "std", std)
+        # contracts/rng.md clause 4: a -0.0 mean is taken as +0.0
+        mu, sd = _f32(entry, "mean", mean) + 0.0, _std(entry, "std", std)
         return self._normal(entry, dims, n, mu, sd, stream, offset)
 
     def _normal(self, entry: str, dims, n: int, mu: float, sd: float, stream, offset) -> np.ndarray:

@@ -49,7 +49,8 @@ def finish(kind: int, P: float, M: float, W: int, T: int, t0: int, out: np.ndarr
 
 def _rate(entry: str, name: str, x) -> float:
     """The binary32 value nearest a rate >= 0 (ints and Fractions rounded once, exactly)."""
-    return checks.real32(entry, name, x, low=0.0)
+    # a zero rate is +0.0: the kernels' schedules compute the rate, so a -0.0 could not survive
+    return checks.real32(entry, name, x, low=0.0) + 0.0
 
 
 def _count(entry: str, name: str, x, low: int, what: str) -> int:

@@ -10,6 +10,7 @@ operations: one IEEE rounding each, the same bits on every machine.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import weakref
 from fractions import Fraction
 
@@ -54,8 +55,9 @@ class Value:
     def shape(self) -> tuple[int, ...]:
         return self.data.shape
 
-    def item(self) -> float:
+    def item(self, **unknown) -> float:
         """The value of a one-element Value as a Python float (the float32 value, exactly)."""
+        checks.keywords("mojolike.Tape.Value.item", unknown, ())
         if self.data.size != 1:
             refuse("mojolike.Tape.Value.item", "value", f"has shape {self.shape}; item() needs "
                                                         f"one element")
@@ -291,8 +293,8 @@ class Tape:
         """`mojolike.cross_entropy(logits, targets, **options)` with reduction 'mean' (default)
         or 'sum': a scalar; its gradient is computed here and kept for backward."""
         e = f"{_E}.cross_entropy"
+        _loss_options(e, options, cross_entropy)
         z = self._own(e, "logits", logits)
-        _loss_options(e, options)
         with _as(e):
             loss, dz = cross_entropy(z.data, targets, return_grad=True, **options, **self._on)
         return self._push("cross_entropy", np.array(loss, np.float32), [z], (dz,))
@@ -301,8 +303,8 @@ class Tape:
         """`mojolike.chunked_lm_head_loss(hidden, weight, targets, **options)`, reduction 'mean'
         or 'sum': a scalar; d_hidden and d_weight are computed here and kept for backward."""
         e = f"{_E}.chunked_lm_head_loss"
+        _loss_options(e, options, chunked_lm_head_loss)
         h, w = self._own(e, "hidden", hidden), self._own(e, "weight", weight)
-        _loss_options(e, options)
         with _as(e):
             loss, dh, dw = chunked_lm_head_loss(h.data, w.data, targets, return_grad=True,
                                                 **options, **self._on)
@@ -511,10 +513,15 @@ def _as(entry: str):
         raise r.at(entry) from None
 
 
-def _loss_options(e: str, options: dict) -> None:
+def _loss_options(e: str, options: dict, fn) -> None:
+    """The loss's own options, checked before its arguments: the tape's (return_grad, backend,
+    numeric_mode) refused with the reason, anything else the loss does not take by name."""
     for name, reason in _LOSS_OWN.items():
         if name in options:
             refuse(e, name, reason)
+    takes = tuple(n for n, p in inspect.signature(fn).parameters.items()
+                  if p.default is not p.empty and n not in _LOSS_OWN)
+    checks.keywords(e, {k: v for k, v in options.items() if k not in takes}, takes)
     if options.get("reduction", "mean") not in ("mean", "sum"):
         refuse(e, "reduction", "must be 'mean' or 'sum': the tape's losses are scalars",
                value=options["reduction"])

@@ -43,7 +43,8 @@ def keywords(entry: str, unknown: dict, known: tuple[str, ...], hints: dict | No
         return
     names = sorted(str(k) for k in unknown)
     hint = next((hints[n] for n in names if hints and n in hints), None)
-    reason = hint or f"is not a keyword of {entry}; it takes {', '.join(known)}"
+    takes = f"it takes {', '.join(known)}" if known else "it takes no keywords"
+    reason = hint or f"is not a keyword of {entry}; {takes}"
     raise Refusal(entry, ", ".join(names), reason)
 
 

@@ -51,9 +51,10 @@ class Exchange:
     seconds: float
 
 
-def slices(n: int, world_size: int) -> list[tuple[int, int]]:
+def slices(n: int, world_size: int, **unknown) -> list[tuple[int, int]]:
     """Rank p reduces elements [start, stop) of the flat gradient: n split into world_size
     consecutive slices, the first n % world_size one element longer."""
+    checks.keywords("mojolike.distributed.slices", unknown, ("n", "world_size"))
     q, r = divmod(n, world_size)
     edges = [0]
     for p in range(world_size):

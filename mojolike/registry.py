@@ -126,7 +126,8 @@ def _cuda_status() -> tuple[bool, str]:
         return False, "numba-cuda is not installed"
     from numba import cuda
     if cuda.is_available():
-        return True, f"GPU: {cuda.get_current_device().name.decode()}"
+        name = cuda.get_current_device().name  # bytes in older numba-cuda, str through cuda.core
+        return True, f"GPU: {name.decode() if isinstance(name, bytes) else name}"
     try:
         from numba.cuda.cudadrv.driver import driver
         driver.initialize()

@@ -190,7 +190,7 @@ class Trainer:
                 callback(out[-1])
         return out
 
-    def train_step(self) -> StepRecord:
+    def train_step(self, **unknown) -> StepRecord:
         """Take the next step (see the module docstring) and return its record.
 
         A step is one transaction: the forward and backward change no state of the trainer
@@ -199,6 +199,7 @@ class Trainer:
         and SIGTERM held (in the main thread), from a copy of everything it writes. An
         exception before or inside it leaves every piece as it was before the step; a signal
         that arrives during the commit is delivered once the step is complete."""
+        checks.keywords(f"{_E}.train_step", unknown, ())
         c = self.config
         if self.step >= c.steps:
             refuse(f"{_E}.train_step", "steps", f"are all taken ({c.steps}); the run is complete")
@@ -288,10 +289,11 @@ class Trainer:
             tape.reset_to(self._mark)
 
     # -- results ------------------------------------------------------------------------------
-    def outputs(self) -> list[tuple[str, np.ndarray]]:
+    def outputs(self, **unknown) -> list[tuple[str, np.ndarray]]:
         """The certified values: per step 'step-NNNN/<loss|norm|lr|scale|skipped|gated>', then
         'final/<parameter name>', the optimizer's moments and step counts, the scaler's scale
         and growth tracker, the generator's counter and the outlier detector's state."""
+        checks.keywords(f"{_E}.outputs", unknown, ())
         width = max(4, len(str(self.config.steps)))
         out = []
         for r in self.records:
@@ -310,23 +312,27 @@ class Trainer:
                                               *o["buffer"]]))]
         return out
 
-    def threads(self) -> int | None:
+    def threads(self, **unknown) -> int | None:
         """The backend's thread count as it reports it (numba's on cpu-numba, OpenMP's on
         cpu-cffi); None for a backend without one. The bits do not depend on it."""
+        checks.keywords(f"{_E}.threads", unknown, ())
         return None if self._threads is None else int(self._threads())
 
-    def profile(self) -> str:
+    def profile(self, **unknown) -> str:
         """The run card's profile: the mode, and the md5 of the configuration and the text."""
+        checks.keywords(f"{_E}.profile", unknown, ())
         h = hashlib.md5(f"{self.config.key()} {self.stream.md5}".encode()).hexdigest()[:16]
         return f"mojolike.{self.numeric_mode}.train-run.fp32.v1:config-{h}"
 
-    def card(self) -> str:
+    def card(self, **unknown) -> str:
         """The run card: one record per output (cardformat's text, trailer included)."""
+        checks.keywords(f"{_E}.card", unknown, ())
         recs = [cardformat.record(*name.rsplit("/", 1), a) for name, a in self.outputs()]
         return cardformat.render(self.profile(), recs)
 
-    def digest(self) -> str:
+    def digest(self, **unknown) -> str:
         """The run card's md5: the same on every backend for the same configuration and steps."""
+        checks.keywords(f"{_E}.digest", unknown, ())
         return cardformat.card_md5(self.card())
 
     # -- checkpoints --------------------------------------------------------------------------

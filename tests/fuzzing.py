@@ -244,7 +244,9 @@ def optimizer(draw):
         elif what == "step_accumulated":
             tokens = draw(st.one_of(st.lists(st.integers(1, 4096), min_size=1, max_size=2), VALUES))
             mb = [g] * draw(st.integers(1, 2))
-            call(entry, lambda: opt.step_accumulated(mb, tokens), [g, params], opt)
+            akw = {"aligned": maybe(draw, st.sampled_from([None, False, True]))} \
+                if draw(st.booleans()) else {}
+            call(entry, lambda: opt.step_accumulated(mb, tokens, **akw), [g, params], opt)
         elif what == "load_state_dict":
             call(entry, lambda: opt.load_state_dict(_mangled_state(draw, opt.state_dict())), [params],
                  opt)
@@ -370,6 +372,8 @@ def gradients(draw):
                             st.lists(arrays(), min_size=1, max_size=2), VALUES))
         tokens = draw(st.one_of(st.lists(st.integers(1, 5000), min_size=1, max_size=3), VALUES))
         kw = draw(KEYWORDS)
+        if draw(st.booleans()):  # the explicit opt-out of the microbatch-invariance promise
+            kw["aligned"] = maybe(draw, st.sampled_from([None, False, True]))
         call("mojolike.accumulate_grads",
              lambda: mojolike.accumulate_grads(mb, tokens, backend=_backend(draw), **kw), [mb])
     else:

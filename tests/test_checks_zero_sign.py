@@ -40,3 +40,19 @@ def test_a_range_from_zero_accepts_minus_zero_and_keeps_its_sign():
     with pytest.raises(Refusal) as e:
         checks.real32(E, "lr", -1e-30, low=0.0)
     assert e.value.option == "lr" and ">= 0.0" in str(e.value)
+
+
+@pytest.mark.parametrize("backend", ["oracle", "cpu-numba", "cpu-cffi"])
+def test_a_schedule_with_a_negative_zero_rate_gives_the_oracles_plus_zero_on_every_backend(backend):
+    import mojolike
+    s = mojolike.WarmupCosineLR(1.0, warmup_steps=2, total_steps=8, min_lr=-0.0, backend=backend)
+    want = mojolike.WarmupCosineLR(1.0, warmup_steps=2, total_steps=8, min_lr=0.0,
+                                   backend="oracle").lr_values(11)
+    assert s.lr_values(11).view(np.uint32).tolist() == want.view(np.uint32).tolist()
+
+
+@pytest.mark.parametrize("backend", ["oracle", "cpu-numba", "cpu-cffi"])
+def test_normal_takes_a_negative_zero_mean_as_plus_zero_as_the_rng_contract_says(backend):
+    import mojolike
+    got = mojolike.Generator(3, backend=backend).normal(8, -0.0, 0.0)
+    assert not np.signbit(got).any(), got.view(np.uint32)

@@ -515,9 +515,10 @@ def test_a_seed_of_minus_zero_scales_a_losss_kept_gradient_with_its_sign(backend
 
 
 # -- retain_graph and the graph's memory ----------------------------------------------------------
-def live_values():
+def live_values(tape):
+    """The live Values of `tape` (other tests' values may still be alive in this process)."""
     gc.collect()
-    return [o for o in gc.get_objects() if type(o) is Value]
+    return [o for o in gc.get_objects() if type(o) is Value and o._tape is tape]
 
 
 def test_backward_frees_the_graph_so_many_passes_without_reset_to_stay_bounded():
@@ -530,10 +531,10 @@ def test_backward_frees_the_graph_so_many_passes_without_reset_to_stay_bounded()
         return tape.backward(loss)
 
     first = one_pass()
-    after_one = live_values()
+    after_one = live_values(tape)
     for _ in range(49):
         last = one_pass()
-    after_fifty = live_values()
+    after_fifty = live_values(tape)
     assert len(after_fifty) == len(after_one) <= 3, (len(after_one), len(after_fifty))
     assert sum(v.data.nbytes for v in after_fifty) == sum(v.data.nbytes for v in after_one)
     for g, h in zip(first, last):
