@@ -3,12 +3,13 @@
     python benchmarks/threads.py [--n 1000] [--repeat 500] [--only cpu-numba|cpu-cffi]
 
 Both CPU backends run OpenMP-style thread pools (numba's 'omp' threading layer and
-the C module's OpenMP). A parallel region wakes the pool's workers, and idle
-workers spin for a while before they sleep, so on a machine with few cores a
-small step can wait for a worker that another pool's spinning thread, or another
-process, keeps off a core. The C kernels open no parallel region below
-MJ_PARALLEL_MIN elements (native/c/fold.c), and a runtime that starts with the C
-module waits passively (native/c/build.py); this script shows what a small Adam
+the C module's OpenMP). A parallel region wakes the pool's workers; under libgomp's
+default policy idle workers spin for a while before they sleep, so on a machine with
+few cores a small step could wait for a worker that another pool's spinning thread,
+or another process, kept off a core. Both backends now open no parallel region below
+32768 elements of work (MJ_PARALLEL_MIN in native/c/fold.c, native/threads.py's
+PARALLEL_MIN), and both pools start with a passive wait policy (native/c/build.py,
+native/threads.py); this script shows what a small Adam
 step costs on each backend in a mixed process, alternating between the two, and
 torch's fused Adam on the same size for scale. `--only` times one backend in a
 process that never loads the other. Best and median of `repeat` warm steps (the
