@@ -44,31 +44,18 @@ Reproducibility: where a kernel runs never reaches its bits.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 import types as pytypes
 
 import numba
 from numba.core.caching import NullCache
 
+from .c.build import passive_wait  # the C module's runtime starts the same way
+
 PARALLEL_MIN = 32768  # elements (native/c/fold.c's MJ_PARALLEL_MIN, measured for numba too)
 
 _started = threading.Lock()
 _launched = False
-
-
-@contextlib.contextmanager
-def passive_wait():
-    """OMP_WAIT_POLICY=PASSIVE in the environment for the block, unless the user set it."""
-    if "OMP_WAIT_POLICY" in os.environ:
-        yield
-        return
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    try:
-        yield
-    finally:
-        os.environ.pop("OMP_WAIT_POLICY", None)
 
 
 def launch() -> None:

@@ -413,7 +413,7 @@ def _load(mode: str):
         path = _build(p)
     else:
         path = _path(p.name)
-    with _passive_wait():  # the self-test's parallel region starts a lazily initialized runtime
+    with passive_wait():  # the self-test's parallel region starts a lazily initialized runtime
         module = _import(p.name, path)
         check_build(module, mode, p)
         if mode == "identical":
@@ -424,11 +424,12 @@ def _load(mode: str):
 
 
 @contextlib.contextmanager
-def _passive_wait():
+def passive_wait():
     """OMP_WAIT_POLICY=PASSIVE while the module loads, unless the user set the variable: an
     OpenMP runtime that starts now reads it once and then sleeps between parallel regions
-    instead of spinning against another runtime's threads (numba's). A runtime already
-    running is not affected."""
+    instead of spinning against another runtime's threads (numba's, whose pool
+    native/threads.py starts through this too). A runtime already running is not
+    affected."""
     if "OMP_WAIT_POLICY" in os.environ:
         yield
         return
