@@ -25,6 +25,7 @@ import math
 import os
 import secrets
 import struct
+import tokenize
 import zipfile
 import zlib
 from typing import NamedTuple
@@ -299,12 +300,15 @@ def npy_header(f, m: Stored) -> Header:
     f.seek(m.start)
     b = io.BytesIO(f.read(min(m.size, _HEADER_MAX)))
     version = np.lib.format.read_magic(b)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(b)
-    elif version == (2, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(b)
-    else:
+    if version not in ((1, 0), (2, 0)):
         raise ValueError(f"member {m.name!r} has unsupported .npy version {version}")
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+        np.lib.format.read_array_header_2_0
+    try:
+        shape, fortran, dtype = read(b)
+    except (SyntaxError, tokenize.TokenError) as err:  # numpy parses the header as a literal
+        raise ValueError(f"member {m.name!r} has an .npy header that is not a Python literal "
+                         f"({type(err).__name__})") from None
     if dtype not in _ALLOWED and not (dtype.kind == "U" and dtype.byteorder in "<=|"):
         raise ValueError(f"member {m.name!r} has dtype {dtype}, which these files never hold")
     if any(d < 0 for d in shape):

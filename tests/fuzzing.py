@@ -416,7 +416,12 @@ def state_files(draw):
 def _mutated_file(draw, kind: str, members: list) -> tuple[bytes, bool | None]:
     """(the file's bytes, whether it must be refused: True, False, or None for either) for one
     drawn layout."""
-    how = draw(st.sampled_from(["honest", "overlap", "duplicate", "claims", "deflate", "renamed",
+    data, hostile = _layout(draw, kind, members)
+    return data, hostile
+
+
+def _layout(draw, kind: str, members: list):
+    how = _LAST["how"] = draw(st.sampled_from(["honest", "overlap", "duplicate", "claims", "deflate", "renamed",
                                 "huge_header", "missing", "extra", "huge_meta", "config"]))
     names = [n for n, _ in members]
     if how == "honest":
@@ -480,7 +485,7 @@ def _mutated_file(draw, kind: str, members: list) -> tuple[bytes, bool | None]:
     # the checkpoint's JSON edited: sizes that the arrays do not have, or pieces out of step
     import json
     meta = json.loads(str(np.load(io.BytesIO(dict(members)["meta.npy"]))))
-    field = draw(st.sampled_from(["d_model", "d_hidden", "batch_size", "vocab", "seq_len",
+    field = _LAST["field"] = draw(st.sampled_from(["d_model", "d_hidden", "batch_size", "vocab", "seq_len",
                                   "step", "generator", "steps_done"]))
     value = draw(st.sampled_from([2**11, 2**16, 2**20, 2**40, 3]))
     if field in ("d_model", "d_hidden", "batch_size", "vocab", "seq_len"):
@@ -495,7 +500,12 @@ def _mutated_file(draw, kind: str, members: list) -> tuple[bytes, bool | None]:
         meta["optimizer"] = dict(meta["optimizer"], t=meta["optimizer"]["t"] + 1)
     f = io.BytesIO()
     np.save(f, np.str_(json.dumps(meta, sort_keys=True)))
-    return ff.honest([(n, f.getvalue() if n == "meta.npy" else d) for n, d in members]), True
+    # batch_size and seq_len shape no array: only a size past any memory budget must be refused
+    hostile = True if field not in ("batch_size", "seq_len") or value == 2**40 else None
+    return ff.honest([(n, f.getvalue() if n == "meta.npy" else d) for n, d in members]), hostile
+
+
+_LAST: dict = {}  # the layout drawn last, named in a broken promise
 
 
 def hostile_files(draw):
@@ -515,7 +525,7 @@ def hostile_files(draw):
         if isinstance(out, BaseException):
             raise out
         if hostile is True and out is not None:
-            raise Broken(f"{entry}: loaded a hostile file ({len(data)} bytes)")
+            raise Broken(f"{entry}: loaded a hostile file ({len(data)} bytes, {_LAST})")
         if hostile is False and out is None:
             raise Broken(f"{entry}: refused an honest file")
         bound = 8 * len(data) + (64 << 20 if kind == "checkpoint" and hostile is False else 4 << 20)

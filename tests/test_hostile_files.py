@@ -134,6 +134,19 @@ def test_load_refuses_a_duplicate_member_name_instead_of_taking_the_last(tmp_pat
     assert "'t.npy' twice" in str(refusal_of(mojolike.load_state, p))
 
 
+@pytest.mark.parametrize("header", [b"{'descr': '<f4', 'fortran_order': False, 'shape': (4,",
+                                    b"{'descr': '<f4', 'fortran_order': False, 'shape': (4,)}\0\0",
+                                    b"{'descr': '<f4', 'fortran_order': False, 'shape': (4\n"])
+def test_load_refuses_an_npy_header_that_is_not_a_python_literal_by_name(tmp_path, header):
+    members = state_members()
+    name, data = members[-1]
+    text = header.ljust(118 - 10, b" ") + b"\n"  # a 1.0 header: magic, version, length, text
+    bad = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + bytes(16)
+    p = tmp_path / "h.npz"
+    p.write_bytes(honest(members[:-1] + [(name, bad)]))
+    assert refusal_of(mojolike.load_state, p).option == "path"
+
+
 def test_load_refuses_a_local_header_or_data_that_disagrees_with_the_central_directory(tmp_path):
     data = honest(state_members())
     at = data.index(b"t.npy")  # the first occurrence is in t's local header

@@ -410,9 +410,9 @@ def test_an_unaligned_split_is_asked_for_by_name_and_changes_no_bit(monkeypatch)
     calls = []
     real = train_mod.accumulate_grads
 
-    def accumulate(grads, tokens, *, aligned=None, **kw):  # the keyword's future form
+    def accumulate(grads, tokens, *, aligned=None, **kw):
         calls.append(aligned)
-        return real(grads, tokens, **kw)
+        return real(grads, tokens, aligned=aligned, **kw)
 
     base = Trainer(small(), backend="cpu-numba")
     base.run()
