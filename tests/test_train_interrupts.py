@@ -118,19 +118,27 @@ def sigint_raises():
     signal.signal(signal.SIGINT, old)
 
 
+def _step_with_sigint_in(t, owner, name: str) -> None:
+    """t.train_step() with SIGINT sent to this process as owner.name is called; the
+    KeyboardInterrupt it raises is expected."""
+    real = getattr(owner, name)
+
+    def sends(*a, **kw):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*a, **kw)
+
+    setattr(owner, name, sends)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            t.train_step()
+    finally:
+        delattr(owner, name)
+
+
 def test_sigint_during_the_commit_lets_the_step_finish_then_raises(whole, sigint_raises):
     t = Trainer(small(), backend="cpu-numba")
     t.run(until=AT - 1)
-    real = t.scaler.step
-
-    def step(*a, **kw):
-        os.kill(os.getpid(), signal.SIGINT)  # held until the step's commit is done
-        return real(*a, **kw)
-
-    t.scaler.step = step
-    with pytest.raises(KeyboardInterrupt):
-        t.train_step()
-    del t.scaler.step
+    _step_with_sigint_in(t, t.scaler, "step")  # held until the step's commit is done
     assert state(t) == whole["after"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     t.run()
@@ -140,16 +148,7 @@ def test_sigint_during_the_commit_lets_the_step_finish_then_raises(whole, sigint
 def test_sigint_during_the_backward_rolls_the_step_back(whole, sigint_raises):
     t = Trainer(small(), backend="cpu-numba")
     t.run(until=AT - 1)
-    real = t._tape.backward
-
-    def backward(*a, **kw):
-        os.kill(os.getpid(), signal.SIGINT)
-        return real(*a, **kw)
-
-    t._tape.backward = backward
-    with pytest.raises(KeyboardInterrupt):
-        t.train_step()
-    del t._tape.backward
+    _step_with_sigint_in(t, t._tape, "backward")
     assert state(t) == whole["before"]
     t.run()
     assert t.digest() == whole["digest"]
