@@ -35,10 +35,10 @@ import sys
 import time
 
 import numpy as np
-
-from mojolike import registry
-from mojolike._crmath import UNDECIDED, finish
 from mojolike.oracles import crmath as spec
+
+from mojolike.core import registry
+from mojolike.ops.crmath import UNDECIDED, finish
 
 BLOCK = 1 << 24
 SLACK = 2.0 ** -50

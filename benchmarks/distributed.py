@@ -38,10 +38,10 @@ def _gradient(rank: int, n: int) -> np.ndarray:
 def job(rank: int, world: int, elements: int, rounds: int, backend: str) -> dict:
     import torch
     import torch.distributed as dist
+    from mojolike.contracts.ranks import bytes_written
 
     import mojolike
     from mojolike import distributed as md
-    from mojolike._distributed_local import bytes_written
     src = _gradient(rank, elements)
     ours_t, torch_t, ours_b, torch_b = [], [], [], []
     for r in range(rounds + 1):  # round 0 warms both paths up and is not kept
@@ -75,8 +75,7 @@ def main() -> None:
     ap.add_argument("--backend", default="cpu-numba")
     args = ap.parse_args()
     import torch
-
-    from mojolike._distributed_local import launch
+    from mojolike.contracts.ranks import launch
     print(f"{cpu_model()}; torch {torch.__version__}; backend {args.backend}; "
           f"{args.elements} float32 gradients ({4 * args.elements / 2**20:.0f} MiB) per rank")
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}

@@ -14,7 +14,7 @@ import timeit
 import numpy as np
 
 import mojolike
-from mojolike import fpstate, registry
+from mojolike.core import fpstate, registry
 
 
 def ns(stmt: str, env: dict, number: int = 1_000_000) -> float:

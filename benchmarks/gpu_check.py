@@ -109,8 +109,10 @@ def cards(backend: str, cards_dir: Path, status: Path, to_commit: Path) -> list[
             done[suite] = (rc, seconds)
     try:
         from mojolike.cards import reference_path
-        from mojolike.contracts import SUITES, cardformat
+        from mojolike.contracts import SUITES
         from mojolike.contracts.provenance import real_gpu_run
+
+        from mojolike.core import cardformat
     except Exception as e:
         return [f"mojolike does not import ({type(e).__name__}: {e}): no suite checked"]
     chosen = os.environ.get("MOJOLIKE_GPU_SUITES", "").split() or SUITES

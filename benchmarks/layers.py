@@ -259,10 +259,10 @@ def main() -> None:
         return
 
     import torch
+    from timing import backend_names
 
     import mojolike
-    from mojolike import registry
-    from timing import backend_names
+    from mojolike.core import registry
     names = [b for b in backend_names(args.backends) if b.startswith("cpu-")]
     cffi = registry.kernels("benchmark", "layers", "cpu-cffi", "identical") if "cpu-cffi" in names \
         else None

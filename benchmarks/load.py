@@ -39,7 +39,7 @@ from fold import OtherLoad, cpu_model
 
 def child(backend: str, steps: int) -> None:
     """One run: print {"ms": per-step milliseconds, "other": other processes' cores} as JSON."""
-    from mojolike.train import TrainConfig, Trainer
+    from mojolike.training.trainer import TrainConfig, Trainer
     t = Trainer(TrainConfig(steps=steps), backend=backend)
     t.train_step()  # the warm step: caches, the C module, the thread pools
     with OtherLoad() as other:

@@ -20,9 +20,9 @@ import os
 import platform
 
 import numpy as np
+from timing import backend_names, best_of
 
 import mojolike
-from timing import backend_names, best_of
 
 
 def main() -> None:
@@ -51,7 +51,7 @@ def main() -> None:
         print("torch not installed: no torch rows")
     for b in names:
         g = mojolike.Generator(0, backend=b)
-        k = mojolike.registry.kernels("benchmark", "rng", b)
+        k = mojolike.core.registry.kernels("benchmark", "rng", b)
         threads = k.get_num_threads() if hasattr(k, "get_num_threads") else "-"
         rows.append(("uniform", f"mojolike {b} ({threads} threads)", best_of(lambda: g.uniform(n), r)))
 

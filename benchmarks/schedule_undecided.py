@@ -20,12 +20,12 @@ import sys
 import time
 
 import numpy as np
-
-from mojolike import registry
-from mojolike._schedule import UNDECIDED
 from mojolike.contracts import schedule as suite
 from mojolike.oracles import schedule as spec
 from mojolike.oracles.f32 import round_float
+
+from mojolike.core import registry
+from mojolike.ops.schedule import UNDECIDED
 
 
 def kernel_steps(backend: str) -> dict[str, tuple[int, ...]]:

@@ -78,7 +78,7 @@ class OurStep:
 
     def __init__(self, setup: Setup, backend: str):
         import mojolike
-        from mojolike.models import TinyLM
+        from mojolike.training.models import TinyLM
         self.setup, self.backend = setup, backend
         self.model = TinyLM(d_model=setup.d_model, d_hidden=setup.d_hidden, vocab=setup.vocab,
                             seed=0, backend=backend, numeric_mode="identical")
@@ -475,7 +475,7 @@ def profile(setup: Setup, names: list[str], args) -> None:
 
 def set_threads(n: int | None, names: list[str]) -> str:
     """benchmarks/layers.py's set_threads, with cpu-cffi's layers kernels when it is timed."""
-    from mojolike import registry
+    from mojolike.core import registry
     cffi = registry.kernels("benchmark", "layers", "cpu-cffi", "identical") if "cpu-cffi" in names \
         else None
     return layers_set_threads(n, cffi)

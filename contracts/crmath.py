@@ -11,8 +11,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .._crmath import finish
 from ..native import crmath as fast
+from ..ops.crmath import finish
 from ..oracles import crmath as spec
 from .casegen import SplitMix64
 from .harness import with_1_and_2_threads

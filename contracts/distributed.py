@@ -20,10 +20,10 @@ import numpy as np
 
 import mojolike
 
-from .. import registry
-from .._distributed_local import bytes_written, launch
-from ..refusals import Refusal
+from ..core import registry
+from ..core.refusals import Refusal
 from . import casegen
+from .ranks import bytes_written, launch
 
 NAME = "distributed"
 FAMILY = "optim"
@@ -114,6 +114,7 @@ def _torch_sum(group):
 def rank_job(rank: int, world: int, backend: str, control: bool = True) -> dict:
     """Every run of one rank in the world of WORLD ranks (run by `launch`)."""
     import torch.distributed as dist
+
     from .. import distributed as md
     pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
     singles = [dist.new_group([r]) for r in range(world)]

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import fallbacks, registry
-from ..refusals import Refusal
 from ..cards import reference_path
-from . import cardformat as cards
+from ..core import cardformat as cards
+from ..core import fallbacks, registry
+from ..core.refusals import Refusal
 from . import provenance
 
 CERTIFY = "mojolike certify"

@@ -15,8 +15,9 @@ import numpy as np
 
 import mojolike
 
-from .. import _layers_head, registry
-from .._layers import OracleLayers
+from ..core import registry
+from ..ops import head as _layers_head
+from ..ops.layers import OracleLayers
 from ..oracles import codec, f32
 from ..oracles import layers as spec
 from ..oracles.fold import fold

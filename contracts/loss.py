@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .._loss import cross_entropy
+from ..ops.loss import cross_entropy
 from ..oracles import f32
 from ..oracles import loss as spec
 from .casegen import SplitMix64

@@ -20,7 +20,7 @@ import numpy as np
 
 import mojolike
 
-from .. import registry
+from ..core import registry
 from ..oracles import optim as spec
 from .casegen import bulk_normal, draw
 from .harness import built_refusal_clause, compare_with_oracle, with_1_and_2_threads

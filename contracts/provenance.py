@@ -59,7 +59,7 @@ def _cpuinfo() -> tuple[str | None, str | None]:
 @functools.lru_cache(maxsize=1)
 def host() -> dict:
     model, flags = _cpuinfo() if sys.platform.startswith("linux") else (None, None)
-    from .. import fpstate
+    from ..core import fpstate
     return {"os": platform.platform(), "machine": platform.machine(),
             "cpu_model": model or platform.processor() or platform.machine(),
             "isa_flags": flags or f"unknown (no /proc/cpuinfo on {sys.platform})",

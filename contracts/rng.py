@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import registry
-from .._rng import Generator, OracleRng, philox4x32_10
+from ..core import registry
+from ..ops.rng import Generator, OracleRng, philox4x32_10
 from ..oracles import rng as spec
 from .casegen import SplitMix64, draw
 from .harness import refusal_clause, with_1_and_2_threads

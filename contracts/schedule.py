@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .._schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR, finish
+from ..ops.schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR, finish
 from ..oracles import schedule as spec
 from ..oracles.f32 import bits_to_f32, f32_to_bits, round_float, round_fraction
 from .harness import refusal_clause, with_1_and_2_threads

@@ -22,13 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 
 import mojolike
-from mojolike import train as train_mod
+from mojolike.training import trainer as train_mod
 
-from .. import _tape, data
-from .._checkpoint import write as write_checkpoint
-from ..models import TinyLM
-from ..train import TrainConfig, Trainer
-from . import cardformat
+from ..core import cardformat
+from ..training import data
+from ..training import tape as _tape
+from ..training.checkpoint import write as write_checkpoint
+from ..training.models import TinyLM
+from ..training.trainer import TrainConfig, Trainer
 from .harness import refusal_clause, with_1_and_2_threads
 from .layers import known_fallback  # noqa: F401  (clause (a): the head's expf/logf)
 

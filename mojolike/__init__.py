@@ -9,21 +9,29 @@ kernels compile on first use and are cached on disk.
 np.float32(0.75)
 """
 from . import math, random
-from ._fold import dot, fold, sumsq
-from ._layers import (embedding, embedding_backward, linear, linear_backward, mlp_inference_sessions,
-                      relu, rms_norm, rms_norm_backward)
-from ._layers_head import chunked_lm_head_loss
-from ._loss import cross_entropy
-from ._optim import SGD, Adam, AdamW
-from ._outlier import OutlierDetector
-from ._optim_grads import accumulate_grads, accumulation_is_aligned, clip_grad_norm_, get_total_norm
-from ._optim_state import load_state, save_state
-from ._rng import Generator
-from ._scaler import GradScaler, grad_checksum
-from ._schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR
-from ._tape import Tape
-from .registry import backend_used, backends, numeric_mode_used
-from .refusals import BackendUnavailable, Refusal
+from .core.refusals import BackendUnavailable, Refusal
+from .core.registry import backend_used, backends, numeric_mode_used
+from .ops.fold import dot, fold, sumsq
+from .ops.head import chunked_lm_head_loss
+from .ops.layers import (
+    embedding,
+    embedding_backward,
+    linear,
+    linear_backward,
+    mlp_inference_sessions,
+    relu,
+    rms_norm,
+    rms_norm_backward,
+)
+from .ops.loss import cross_entropy
+from .ops.rng import Generator
+from .ops.schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR
+from .optim.grads import accumulate_grads, accumulation_is_aligned, clip_grad_norm_, get_total_norm
+from .optim.optimizers import SGD, Adam, AdamW
+from .optim.outlier import OutlierDetector
+from .optim.scaler import GradScaler, grad_checksum
+from .optim.state import load_state, save_state
+from .training.tape import Tape
 
 __version__ = "0.1.0"
 

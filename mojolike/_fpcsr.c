@@ -1,6 +1,6 @@
 /* Read the calling thread's floating-point control register: MXCSR on x86-64, FPCR on aarch64.
  *
- * mojolike.fpstate calls deviation() on every identical-mode entry point, so it is a
+ * mojolike.core.fpstate calls deviation() on every identical-mode entry point, so it is a
  * METH_NOARGS function of a plain extension module (about 35 ns a call; a cffi call
  * costs three times that). It only reads a register: the flags it is built with do
  * not matter to any result.
@@ -25,7 +25,7 @@ static uint64_t read_register(void) {
 static const uint64_t WATCHED = (1u << 24) | (3u << 22) | 3u;
 static const char REGISTER[] = "FPCR";
 #else
-#error "mojolike._fpcsr: only x86-64 and aarch64 (elsewhere mojolike.fpstate probes by arithmetic)"
+#error "mojolike._fpcsr: only x86-64 and aarch64 (elsewhere mojolike.core.fpstate probes by arithmetic)"
 #endif
 
 static PyObject *deviation(PyObject *self, PyObject *unused) {

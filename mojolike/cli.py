@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import registry
+from .core import registry
 
 
 def _progress(label: str, done: int, total: int) -> None:
@@ -70,7 +70,8 @@ def _update_reference(suite, runs) -> tuple[bool, str]:
     """Write `cards/<suite>.card` and its meta when the required backends ran, their cards
     agree and every clause holds; (written, a sentence saying what happened)."""
     from .cards import reference_path
-    from .contracts import cardformat, harness, provenance
+    from .contracts import harness, provenance
+    from .core import cardformat
     missing = _missing_reference_backends([r.backend for r in runs])
     bad = [f"{r.backend} {k}" for r in runs for k, c in r.clauses.items() if k != "b" and c.status == "fail"]
     bad += [f"suite {k}" for k, c in (runs[0].suite_clauses if runs else {}).items() if c.status == "fail"]
@@ -199,7 +200,7 @@ def _card_files(p: Path) -> dict[str, Path]:
 
 
 def compare(args) -> int:
-    from .contracts.cardformat import CardError, first_difference, read
+    from .core.cardformat import CardError, first_difference, read
     a, b = Path(args.a), Path(args.b)
     if a.is_file() and b.is_file():
         fa, fb = {a.name: a}, {a.name: b}
@@ -259,7 +260,7 @@ def main(argv=None) -> int:
     m.set_defaults(func=compare)
     b = sub.add_parser("backends", help="list backends and whether they run here")
     b.set_defaults(func=show_backends)
-    from ._train_cli import add_parser as add_train
+    from .training.cli import add_parser as add_train
     add_train(sub)
     args = p.parse_args(argv)
     return args.func(args)

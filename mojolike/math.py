@@ -15,6 +15,6 @@ every backend, vendor and thread count (contracts/crmath.md).
 >>> cospif(np.float32([0.5, 2.0**24]), backend="oracle").tolist()
 [0.0, 1.0]
 """
-from ._crmath import cospif, expf, logf, sinpif
+from .ops.crmath import cospif, expf, logf, sinpif
 
 __all__ = ["expf", "logf", "sinpif", "cospif"]

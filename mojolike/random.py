@@ -19,6 +19,6 @@ True
 >>> g.normal(5, stream=9).tolist() == g.normal(1, stream=9).tolist() + g.normal(4, stream=9, offset=1).tolist()
 True
 """
-from ._rng import DropoutKey, Generator, philox4x32_10
+from .ops.rng import DropoutKey, Generator, philox4x32_10
 
 __all__ = ["DropoutKey", "Generator", "philox4x32_10"]

@@ -9,7 +9,7 @@ so the order of operations cannot drift between them. The C kernels are the
 independent second spelling, and the oracle (`oracles/optim.py`) the definition.
 
 Step kernels take each operand as a table of addresses, one per tensor, and the
-tensors' offsets (mojolike._params.table): a list of separate arrays is updated where it
+tensors' offsets (mojolike.native.pieces.table): a list of separate arrays is updated where it
 lies, with no copy, and a flat array is the table of one tensor. The work is
 split by element ranges (TASK elements per parallel task, across tensor
 boundaries), so one big tensor spreads over every thread and 200 small ones
@@ -49,12 +49,11 @@ import numba
 import numpy as np
 from numba import boolean, float32, njit, prange, types, void
 
-from .._params import operands, table
+from .pieces import operands, table
 from ..oracles.fold import CHUNK, LANES
 from . import fold
 from .fold import I64, IN, NEG_ZERO, at
-from .simd import (WIDTH, vadd, vbutterfly, vdiv, vlane, vload, vmul, vsplat, vsqrt, vstore,
-                   vsub)
+from .simd import WIDTH, vadd, vbutterfly, vdiv, vlane, vload, vmul, vsplat, vsqrt, vstore, vsub
 from .threads import Twin, num_threads
 
 sqrt = math.sqrt  # numba lowers math.sqrt of a float32 to the IEEE sqrtss instruction
@@ -355,7 +354,7 @@ all_finite_kernel, segment_sums_kernel = Twin(_all_finite), Twin(_segment_sums)
 
 class NumbaOptim(fold.NumbaThreads):
     """Optimizer kernels on the CPU with numba, updated in place. The parameters and
-    gradients may be flat float32 arrays or pieces (`takes_pieces`, mojolike._params.Pieces); the state is flat."""
+    gradients may be flat float32 arrays or pieces (`takes_pieces`, mojolike.optim.params.Pieces); the state is flat."""
 
     backend = "cpu-numba"
     takes_pieces = True

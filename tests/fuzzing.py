@@ -17,10 +17,10 @@ import tempfile
 from dataclasses import dataclass
 from fractions import Fraction
 
+import fuzzing_files as ff
 import numpy as np
 from hypothesis import strategies as st
 
-import fuzzing_files as ff
 import mojolike
 from mojolike import Refusal
 
@@ -511,7 +511,7 @@ _LAST: dict = {}  # the layout drawn last, named in a broken promise
 def hostile_files(draw):
     """load_state and Trainer.load on archives laid out byte by byte: the honest ones load, every
     hostile one is refused by name, and no load's peak memory exceeds a few times the file."""
-    from mojolike.train import Trainer
+    from mojolike.training.trainer import Trainer
     kind = draw(st.sampled_from(["state", "checkpoint"]))
     with tempfile.TemporaryDirectory(prefix="mojolike-fuzz-") as folder:
         data, hostile = _mutated_file(draw, kind, ff.base_members(kind, _BASE_FOLDER))
@@ -538,12 +538,12 @@ class _Interrupt(KeyboardInterrupt):
 
 
 # where a training step can be interrupted: (module, attribute) of a callable the step reaches
-_STEP_POINTS = (("mojolike._tape", "Tape.backward"), ("mojolike._tape", "Tape.linear"),
-                ("mojolike._tape", "Tape.reset_to"), ("mojolike.train", "accumulate_grads"),
+_STEP_POINTS = (("mojolike.training.tape", "Tape.backward"), ("mojolike.training.tape", "Tape.linear"),
+                ("mojolike.training.tape", "Tape.reset_to"), ("mojolike.train", "accumulate_grads"),
                 ("mojolike.train", "embedding_backward"), ("mojolike.train", "embedding"),
-                ("mojolike._rng", "Generator.next_stream"), ("mojolike._outlier", "OutlierDetector.update"),
-                ("mojolike._scaler", "GradScaler.step"), ("mojolike._scaler", "GradScaler.update"),
-                ("mojolike._optim_base", "_Optimizer._step"), ("mojolike.train", "pairwise"))
+                ("mojolike.ops.rng", "Generator.next_stream"), ("mojolike.optim.outlier", "OutlierDetector.update"),
+                ("mojolike.optim.scaler", "GradScaler.step"), ("mojolike.optim.scaler", "GradScaler.update"),
+                ("mojolike.optim.base", "_Optimizer._step"), ("mojolike.train", "pairwise"))
 _DIGESTS: dict = {}
 
 
@@ -572,7 +572,7 @@ def interrupts(draw):
     saved and loaded), ends with the uninterrupted digest, and every checkpoint it wrote loads."""
     import importlib
 
-    from mojolike.train import Trainer
+    from mojolike.training.trainer import Trainer
     backend = draw(st.sampled_from(["cpu-numba", "cpu-cffi"]))
     cfg = ff.tiny_config()
     if backend not in _DIGESTS:
@@ -621,7 +621,7 @@ def distributed_failures(draw):
     what returns has the one-process bits, what raises is Refusal or CollectiveFailed with the
     gradients untouched, and no rank hangs (tests/fuzzing_dist.py)."""
     import fuzzing_dist as fd
-    from mojolike._distributed_local import launch
+    from mojolike.contracts.ranks import launch
     scenario = [[draw(st.booleans()), draw(st.sampled_from(fd.FAULTS)), draw(st.integers(0, 1)),
                  draw(st.integers(1, 6))] for _ in range(draw(st.integers(1, 3)))]
     results = launch(2, f"{fd.__file__}:job_scenario", {"scenario": scenario}, timeout=90)

@@ -4,7 +4,7 @@ A scenario is a list of calls of `mojolike.distributed.all_reduce_grads` (or `st
 each call may carry one fault on one rank: a bad argument (refused together), an inf
 cell, a transport call that raises, a rank that exits, or one that stalls past the
 timeout, at the k-th transport call of that rank. `job_scenario` runs in each rank
-(through mojolike._distributed_local.launch) and returns one outcome per call;
+(through mojolike.contracts.ranks.launch) and returns one outcome per call;
 `check(scenario, results)` states the promise: a call that returns on a rank gives
 the one-process sum there; a call that raises leaves that rank's gradients as they
 were and raises Refusal or CollectiveFailed; a rank that reached the end never hangs.

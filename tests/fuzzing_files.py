@@ -114,7 +114,7 @@ def base_members(kind: str, folder: str) -> list[tuple[str, bytes]]:
         import os
 
         import mojolike
-        from mojolike.train import Trainer
+        from mojolike.training.trainer import Trainer
         path = os.path.join(folder, f"base-{kind}.npz")
         if kind == "state":
             opt = mojolike.Adam([np.ones(3, np.float32), np.ones((2, 2), np.float32)],
@@ -131,6 +131,6 @@ def base_members(kind: str, folder: str) -> list[tuple[str, bytes]]:
 
 def tiny_config():
     """The checkpoint base's run: a model of a few hundred parameters, three steps."""
-    from mojolike.train import TrainConfig
+    from mojolike.training.trainer import TrainConfig
     return TrainConfig(steps=3, d_model=8, d_hidden=16, vocab=32, batch_size=2, seq_len=8,
                        microbatches=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 import mojolike
-from mojolike import registry
+from mojolike.core import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,9 +70,11 @@ def test_every_op_family_has_a_module_in_every_layer_and_every_suite_its_contrac
     # a suite may certify another family's entry points (step: the optimizers, FAMILY optim)
     for family in {harness.suite_module(s).FAMILY for s in SUITES}:
         for path in (f"oracles/{family}.py", f"native/{family}.py", f"native/c/{family}.c",
-                     f"native/c/{family}.h", f"native/c/{family}.py", f"native/cuda/{family}.py",
-                     f"mojolike/_{family}.py"):
+                     f"native/c/{family}.h", f"native/c/{family}.py", f"native/cuda/{family}.py"):
             assert (ROOT / path).is_file(), path
+        # the family's API: a module of mojolike/ops/, or a room of its own (the optimizers)
+        assert (ROOT / f"mojolike/ops/{family}.py").is_file() or \
+            (ROOT / f"mojolike/{family}/__init__.py").is_file(), family
 
 
 def test_a_warm_c_build_cache_loads_without_running_the_compiler(monkeypatch):

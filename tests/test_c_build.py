@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from mojolike.native.c import build, selftest
 
 import mojolike
-from mojolike.native.c import build, selftest
 
 TESTS = Path(__file__).resolve().parent
 X86 = platform.machine().lower() in ("x86_64", "amd64")
@@ -43,9 +43,9 @@ def test_a_fresh_build_ignores_cflags_cppflags_ldflags_and_cpath_in_the_environm
     (hostile / "evil.h").write_text('#error "CPPFLAGS reached the compiler"\n')
     got = run_python("""
         import json, numpy as np, mojolike
-        from mojolike import fpstate
+        from mojolike.core import fpstate
         from mojolike.native.c import build
-        from mojolike.registry import kernels
+        from mojolike.core.registry import kernels
         k = kernels("test", "fold", "cpu-cffi", "identical")
         y = mojolike.fold(np.full(3000, 1e-40, np.float32), backend="cpu-cffi")
         p = build.plan("identical", k.details["openmp"])
@@ -171,7 +171,7 @@ def test_the_kernels_details_carry_the_build_command_read_back_from_the_module()
     compile_ = shlex.split(text(module.lib.mj_compile_command))
     assert compile_[1:1 + len(build.FLAGS["identical"])] == build.FLAGS["identical"]
     for family in ("fold", "optim", "crmath", "loss", "schedule", "rng"):
-        d = mojolike.registry.kernels("test", family, "cpu-cffi", "identical").details
+        d = mojolike.core.registry.kernels("test", family, "cpu-cffi", "identical").details
         assert d["build_command"] == text(module.lib.mj_build_command)
         assert d["build_command"].startswith(shlex.join(compile_) + " && ")
         assert d["compiler"] == compile_[0] == text(module.lib.mj_build_compiler)

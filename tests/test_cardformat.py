@@ -5,10 +5,10 @@ import os
 
 import numpy as np
 import pytest
-
 from mojolike.cards import reference_path
-from mojolike.contracts import cardformat
-from mojolike.contracts.cardformat import CardError, parse
+
+from mojolike.core import cardformat
+from mojolike.core.cardformat import CardError, parse
 
 
 def _card(n: int = 3) -> str:

@@ -7,11 +7,12 @@ import json
 import numpy as np
 import pytest
 from conftest import available
+from mojolike.cards import reference_path
+from mojolike.contracts import SUITES, harness
+from mojolike.contracts import fold as suite
 
 from mojolike import cli
-from mojolike.cards import reference_path
-from mojolike.contracts import SUITES, cardformat, harness
-from mojolike.contracts import fold as suite
+from mojolike.core import cardformat
 
 BACKENDS = ("oracle", "cpu-numba", "cpu-cffi", "cuda-sim")
 
@@ -188,6 +189,7 @@ def test_a_cuda_meta_that_is_not_a_real_gpu_run_of_the_reference_says_why(tmp_pa
 
 def test_a_meta_written_for_real_cuda_carries_the_device_fields_gpu_status_reads(runs, tmp_path, monkeypatch):
     import dataclasses
+
     from mojolike.contracts import provenance
     device = {"device": "NVIDIA H200", "compute_capability": "9.0", "driver": "13.0", "runtime": "13.0"}
     monkeypatch.setattr(provenance, "cuda_device", lambda: dict(device))

@@ -8,7 +8,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from mojolike import Refusal, checks
+from mojolike import Refusal
+from mojolike.core import checks
 
 E = "mojolike.test"
 

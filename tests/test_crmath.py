@@ -7,17 +7,16 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from conftest import CPU_BACKENDS, available
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import mojolike.math as mm
-from mojolike import Refusal
-from mojolike._crmath import UNDECIDED, finish
 from mojolike.native import crmath as fast
 from mojolike.oracles import crmath as spec
 from mojolike.oracles.f32 import bits_to_f32, f32_to_bits, round_fraction
 
-from conftest import CPU_BACKENDS, available
+import mojolike.math as mm
+from mojolike import Refusal
+from mojolike.ops.crmath import UNDECIDED, finish
 
 SPECIAL_EXP = {  # input pattern -> expf pattern
     0x00000000: 0x3F800000, 0x80000000: 0x3F800000,  # e^+-0 = 1

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import available
-
-from mojolike import registry
 from mojolike.native.crmath import UNDECIDED
 from mojolike.oracles import crmath as oracle
+
+from mojolike.core import registry
 
 BACKENDS = ("cpu-numba", "cpu-cffi", "cuda-sim")
 SIM_CALL = 300  # elements per cuda-sim call

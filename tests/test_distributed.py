@@ -2,7 +2,7 @@
 process's bits after Adam with the clip, every rank refuses together, a rank that exits or stalls
 makes the others fail within the timeout with nothing written, and the bytes sent are measured.
 
-The functions named `job_*` run in the rank processes (`mojolike._distributed_local.launch`).
+The functions named `job_*` run in the rank processes (`mojolike.contracts.ranks.launch`).
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 import pytest
+from mojolike.contracts.ranks import bytes_written, launch
 
 import mojolike
-from mojolike import _distributed_wire as wire
-from mojolike._distributed_local import bytes_written, launch
+from mojolike.distributed import wire
 
 torch = pytest.importorskip("torch")  # the [test] extra installs it; `import mojolike` never needs it
 
@@ -76,6 +76,7 @@ def job_world(rank: int, world: int) -> dict:
     """4 microbatches over the world; with 4 ranks also singletons, the first three ranks and a
     pair as subgroups, and torch's own sum; the bytes sent by one reduction of BIG elements."""
     import torch.distributed as dist
+
     from mojolike import distributed as md
     per = 4 // world
     out = {f"w{world}": _dp(range(rank * per, rank * per + per))}
@@ -206,6 +207,7 @@ def job_transport_raises(rank: int, world: int, name: str) -> dict:
     """Rank 1 exits where it would make the transport call `name`; rank 0's call raises what gloo
     raises when the peer is gone, from the call itself."""
     import torch.distributed as dist
+
     from mojolike import distributed as md
 
     def gone(*args, **kwargs):
@@ -229,6 +231,7 @@ def job_last_round_fails_on_one_rank(rank: int, world: int) -> dict:
     writes the sums, rank 1 raises. Every later call on the group must refuse on both ranks; a
     new group works."""
     import torch.distributed as dist
+
     from mojolike import distributed as md
     if rank == 1:
         real = md._Clock.wait
@@ -323,9 +326,10 @@ def test_fewer_elements_than_ranks_leave_a_rank_an_empty_slice_and_still_reduce(
 
 
 def test_the_slice_tree_is_the_pairwise_tree_for_every_world_size_up_to_nine():
-    from mojolike import distributed as md
-    from mojolike import registry
     from mojolike.oracles.fold import pairwise
+
+    from mojolike import distributed as md
+    from mojolike.core import registry
     k = registry.kernels("test", "optim", BACKEND)
     rng = np.random.default_rng(5)
     for w in range(1, 10):
@@ -382,6 +386,7 @@ def test_without_a_process_group_the_call_is_refused_and_nothing_written():
 
 def test_a_timeout_that_is_not_positive_is_refused_by_name(tmp_path):
     import torch.distributed as dist
+
     from mojolike import distributed as md
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "s"), 1), rank=0,
                             world_size=1)

@@ -7,12 +7,12 @@ import threading
 import numpy as np
 import pytest
 from conftest import available
+from mojolike.contracts import crmath, harness, loss, rng, schedule
 
 import mojolike
 import mojolike.math as mm
-from mojolike import fallbacks, registry
-from mojolike._crmath import UNDECIDED
-from mojolike.contracts import crmath, harness, loss, rng, schedule
+from mojolike.core import fallbacks, registry
+from mojolike.ops.crmath import UNDECIDED
 
 MODE = registry.CONTRACT_MODE
 

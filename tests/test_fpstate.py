@@ -6,14 +6,16 @@ way a library built with -ffast-math does when it loads, and restored after each
 """
 from __future__ import annotations
 
+import fpenv
 import numpy as np
 import pytest
 from conftest import available
-
-import fpenv
-import mojolike
-from mojolike import _fold, _optim_oracle, fpstate
 from mojolike.oracles import codec, f32
+from mojolike.oracles.kernels import optim as _optim_oracle
+
+import mojolike
+from mojolike.core import fpstate
+from mojolike.ops import fold as _fold
 
 pytestmark = pytest.mark.skipif(not fpenv.supported(), reason="the fpenv helper needs x86-64 or aarch64")
 

@@ -118,7 +118,8 @@ def test_only_a_green_cuda_run_with_the_whole_device_record_is_marked_to_commit(
     import json
 
     from mojolike.cards import reference_path
-    from mojolike.contracts import cardformat
+
+    from mojolike.core import cardformat
     md5 = {s: cardformat.read(reference_path(s)).md5 for s in ("fold", "optim", "loss")}
     device = {"device": "NVIDIA H200", "compute_capability": "9.0", "driver": "13.0",
               "runtime": "13.0"}

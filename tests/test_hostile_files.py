@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import mojolike
-from mojolike import _checkpoint as ckpt
-from mojolike import _optim_state
-from mojolike.refusals import Refusal
+from mojolike.core.refusals import Refusal
+from mojolike.optim import state as _optim_state
+from mojolike.training import checkpoint as ckpt
 
 _LOCAL = struct.Struct("<IHHHHHIIIHH")
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
@@ -273,7 +273,7 @@ def test_read_refuses_a_checkpoint_of_overlapping_members_naming_the_path(tmp_pa
 def test_trainer_load_and_train_resume_refuse_overlapping_members_in_memory_bounded_by_the_file(
         tmp_path, capsys):
     from mojolike import cli
-    from mojolike.train import Trainer
+    from mojolike.training.trainer import Trainer
     p = tmp_path / "o.npz"
     p.write_bytes(overlapping(300, 1_000_000))
     tracemalloc.start()
@@ -324,7 +324,7 @@ def test_a_head_chunk_past_the_vocabulary_is_the_whole_vocabulary_and_too_much_i
     # 2**17 rows by a 2**17 vocabulary: 64 GiB of logits from 1 MiB of inputs
     big_h, big_w = np.ones((2**17, 1), np.float32), np.ones((2**17, 1), np.float32)
     before = (big_h.copy(), big_w.copy())
-    monkeypatch.setattr(mojolike.checks, "_memory_bytes", lambda: 2**35)  # any machine: 32 GiB
+    monkeypatch.setattr(mojolike.core.checks, "_memory_bytes", lambda: 2**35)  # any machine: 32 GiB
     with pytest.raises(Refusal) as e:
         mojolike.chunked_lm_head_loss(big_h, big_w, np.zeros(2**17, np.int64), chunk_size=2**40,
                                       backend="cpu-numba")
@@ -336,7 +336,7 @@ def test_a_head_whose_row_by_chunk_buffers_exceed_the_memory_is_refused_before_c
         monkeypatch):
     rng = np.random.default_rng(4)
     h, w = rng.standard_normal((64, 8), np.float32), rng.standard_normal((4096, 8), np.float32)
-    monkeypatch.setattr(mojolike.checks, "_memory_bytes", lambda: 2**20)  # 3 x 64 x 4096 x 4 > 1 MiB
+    monkeypatch.setattr(mojolike.core.checks, "_memory_bytes", lambda: 2**20)  # 3 x 64 x 4096 x 4 > 1 MiB
     with pytest.raises(Refusal) as e:
         mojolike.chunked_lm_head_loss(h, w, rng.integers(0, 4096, 64), chunk_size=4096,
                                       backend="cpu-numba")

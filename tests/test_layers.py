@@ -8,12 +8,12 @@ import tracemalloc
 import numpy as np
 import pytest
 from conftest import CPU_BACKENDS, assert_same_bits
+from mojolike.oracles.fold import pairwise
 
 import mojolike
 from mojolike import Refusal
-from mojolike import _layers_head
-from mojolike._layers_head import _PairwiseCounter
-from mojolike.oracles.fold import pairwise
+from mojolike.ops import head as _layers_head
+from mojolike.ops.head import _PairwiseCounter
 
 
 def data(shape, seed, scale=1.0):

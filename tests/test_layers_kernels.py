@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import assert_same_bits, available, backend_case_params
-
-from mojolike import registry
 from mojolike.oracles import f32
+
+from mojolike.core import registry
 
 BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(not available(b), reason=f"{b} is not available"))
             for b in ("cpu-numba", "cpu-cffi", "cuda-sim", "cuda")]

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_same_bits, available
-
-from mojolike import Refusal, registry
-from mojolike._loss import OracleLoss, cross_entropy, finish_rows
 from mojolike.oracles import crmath, f32
 from mojolike.oracles import fold as fold_spec
 from mojolike.oracles import loss as spec
+
+from mojolike import Refusal
+from mojolike.core import registry
+from mojolike.ops.loss import OracleLoss, cross_entropy, finish_rows
 
 ce = functools.partial(cross_entropy, backend="oracle")
 LN4 = f32.bits_to_f32(0x3FB17218)  # ln 4 rounded once

@@ -12,9 +12,9 @@ from functools import lru_cache
 import numpy as np
 import pytest
 from conftest import CPU_BACKENDS, available
-
-from mojolike import registry
 from mojolike.oracles import crmath, f32, fold
+
+from mojolike.core import registry
 
 IGNORE = -100
 SENTINEL = np.float32(-7.25)  # fills the (1, 1) grad placeholder, which no kernel may touch

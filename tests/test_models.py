@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from conftest import CPU_BACKENDS
 from conftest import assert_same_bits as _same
 
-from mojolike import Generator, Refusal, Tape, data
-from mojolike.models import TinyLM, linear_bound
+from mojolike import Generator, Refusal, Tape
+from mojolike.training import data
+from mojolike.training.models import TinyLM, linear_bound
 
 CONFIG = dict(d_model=8, d_hidden=16, dropout=0.1, seed=3)
 

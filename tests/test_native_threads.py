@@ -17,10 +17,10 @@ import numba
 import numpy as np
 import pytest
 from conftest import assert_same_bits
+from mojolike.native import fold, layers, optim, threads
 from test_vectorized import packed_in_loops
 
-from mojolike import registry
-from mojolike.native import fold, layers, optim, threads
+from mojolike.core import registry
 
 MIN = threads.PARALLEL_MIN
 WORKS = (MIN - 1, MIN, MIN + 1000)

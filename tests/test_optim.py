@@ -10,12 +10,12 @@ import tracemalloc
 import numpy as np
 import pytest
 from conftest import CPU_BACKENDS, assert_same_bits
-
-import mojolike
-from mojolike import Refusal
 from mojolike.contracts import optim as suite
 from mojolike.contracts.casegen import bulk_normal
 from mojolike.oracles import fold as fold_spec
+
+import mojolike
+from mojolike import Refusal
 
 
 def params():
@@ -306,7 +306,7 @@ def test_sparse_gradients_are_refused_by_name():
 
 
 def test_the_suite_refusal_table_holds_on_the_default_backend():
-    status, detail = suite.clause_refusals(mojolike.registry.kernels("t", "optim", "cpu-numba"))
+    status, detail = suite.clause_refusals(mojolike.core.registry.kernels("t", "optim", "cpu-numba"))
     assert status == "pass", detail
 
 

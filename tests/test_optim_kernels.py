@@ -16,10 +16,10 @@ from conftest import CPU_BACKENDS, assert_same_bits, available
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-
-from mojolike import registry
-from mojolike._params import Pieces
+from mojolike.native.pieces import Pieces
 from mojolike.oracles import optim as spec
+
+from mojolike.core import registry
 
 finite = st.floats(width=32, allow_subnormal=True, allow_nan=False, allow_infinity=False)
 nonneg = st.floats(0, 2.0**100, width=32, allow_subnormal=True)
@@ -315,7 +315,7 @@ _SIM_DRIVER = """
 import sys
 sys.path.insert(0, {tests!r})
 import test_optim_kernels as t
-from mojolike import registry
+from mojolike.core import registry
 k = registry.kernels("test", "optim", "cuda-sim", "identical")
 assert k.backend == "cuda-sim" and type(k).__name__ == "CudaOptim", (k.backend, type(k))
 for name, args in t.SIM_CASES:

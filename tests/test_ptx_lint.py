@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from mojolike.registry import simulator_process
+from mojolike.core.registry import simulator_process
 
 # one PTX statement, with any guard predicate: `@%p1`, `@!%p2`, `@%r3`
 FLOAT_OP = re.compile(r"(?:@!?%[\w$]+\s+)?(add|sub|mul|div|sqrt|fma|mad|rcp|rsqrt|ex2|lg2)((?:\.\w+)*)"

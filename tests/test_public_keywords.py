@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mojolike
-from mojolike.train import TrainConfig, Trainer
+from mojolike.training.trainer import TrainConfig, Trainer
 
 BOGUS = "no_such_keyword_h4"
 # modules with __all__ give their public names; the others the names they define
@@ -26,8 +26,8 @@ def instances() -> dict:
     """One instance of each public class whose methods are walked."""
     p = [np.ones(3, np.float32)]
     tape = mojolike.Tape(backend="oracle")
-    from mojolike.data import TextStream
-    from mojolike.models import TinyLM
+    from mojolike.training.data import TextStream
+    from mojolike.training.models import TinyLM
     return {
         mojolike.SGD: mojolike.SGD(p, backend="oracle"),
         mojolike.Adam: mojolike.Adam([np.ones(3, np.float32)], backend="oracle"),

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import mojolike
-from mojolike import Refusal, registry
+from mojolike import Refusal
+from mojolike.core import registry
 
 
 def refused(fn, *args, **kw) -> str:

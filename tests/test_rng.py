@@ -16,11 +16,12 @@ import torch
 from conftest import CPU_BACKENDS, assert_same_bits, available, backend_case_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import mojolike
-from mojolike import Generator, Refusal, registry
 from mojolike.oracles import f32
 from mojolike.oracles import rng as spec
+
+import mojolike
+from mojolike import Generator, Refusal
+from mojolike.core import registry
 from mojolike.random import DropoutKey, philox4x32_10
 
 KAT_FILE = Path(__file__).parent / "data" / "philox4x32_10_kat.txt"

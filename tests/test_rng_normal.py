@@ -18,12 +18,13 @@ import torch
 from conftest import CPU_BACKENDS, assert_same_bits, available, backend_case_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from mojolike import Generator, Refusal, registry
-from mojolike._crmath import UNDECIDED
 from mojolike.oracles import crmath as cr
 from mojolike.oracles import f32
 from mojolike.oracles import rng as spec
+
+from mojolike import Generator, Refusal
+from mojolike.core import registry
+from mojolike.ops.crmath import UNDECIDED
 
 SIM = pytest.mark.skipif(not available("cuda-sim"), reason="numba-cuda is not installed")
 KERNEL_BACKENDS = [*CPU_BACKENDS, pytest.param("cuda-sim", marks=SIM)]

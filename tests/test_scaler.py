@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import CPU_BACKENDS, assert_same_bits, available, bits
-
-import mojolike
-from mojolike import registry
 from mojolike.oracles import codec
 from mojolike.oracles import fold as ofold
+
+import mojolike
+from mojolike.core import registry
 
 BACKENDS = ("oracle",) + CPU_BACKENDS
 SHAPES = [(7,), (3, 5), (4,)]  # the last parameter is frozen: its gradient is always None

@@ -7,14 +7,13 @@ import math
 
 import numpy as np
 import pytest
-
-import mojolike
-from mojolike import ConstantLR, Refusal, WarmupCosineLR, WarmupLinearLR
-from mojolike._schedule import LRSchedule
+from conftest import assert_same_bits, available
 from mojolike.oracles import schedule as spec
 from mojolike.oracles.f32 import f32_to_bits, round_float
 
-from conftest import assert_same_bits, available
+import mojolike
+from mojolike import ConstantLR, Refusal, WarmupCosineLR, WarmupLinearLR
+from mojolike.ops.schedule import LRSchedule
 
 
 def _kernel_backend(backend: str, module: str):

@@ -15,11 +15,11 @@ from functools import lru_cache
 import numpy as np
 import pytest
 from conftest import available
-
-from mojolike import registry
 from mojolike.native.schedule import BLOCK, CONSTANT, COSINE, LINEAR, UNDECIDED
 from mojolike.oracles import schedule as oracle
 from mojolike.oracles.f32 import f32_to_bits
+
+from mojolike.core import registry
 
 BACKENDS = ("cpu-numba", "cpu-cffi", "cuda-sim", "cuda")  # cuda: skipped without a GPU
 CPU = ("cpu-numba", "cpu-cffi")

@@ -24,8 +24,10 @@ from conftest import CPU_BACKENDS
 from conftest import assert_same_bits as _same
 
 import mojolike
-from mojolike import Generator, Refusal, Tape, _tape, registry
-from mojolike._tape import Value
+from mojolike import Generator, Refusal, Tape
+from mojolike.core import registry
+from mojolike.training import tape as _tape
+from mojolike.training.tape import Value
 
 
 def assert_same_bits(got, want, what=""):

@@ -15,15 +15,15 @@ import zipfile
 import numpy as np
 import pytest
 from conftest import CPU_BACKENDS
+from mojolike.contracts import train as suite
 
 import mojolike
 from mojolike import Refusal, Tape, cli
-from mojolike import train as train_mod
-from mojolike._checkpoint import read as read_checkpoint
-from mojolike._checkpoint import write as write_checkpoint
-from mojolike.contracts import cardformat
-from mojolike.contracts import train as suite
-from mojolike.train import TrainConfig, Trainer
+from mojolike.core import cardformat
+from mojolike.training import trainer as train_mod
+from mojolike.training.checkpoint import read as read_checkpoint
+from mojolike.training.checkpoint import write as write_checkpoint
+from mojolike.training.trainer import TrainConfig, Trainer
 
 SMALL = dict(steps=4, d_model=8, d_hidden=16, vocab=32, batch_size=2, seq_len=8, microbatches=2,
              warmup_steps=1, growth_interval=2, overflow_steps=(3,))

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from mojolike import Refusal
-from mojolike import train as train_mod
-from mojolike.train import TrainConfig, Trainer
+from mojolike.training import trainer as train_mod
+from mojolike.training.trainer import TrainConfig, Trainer
 
 SMALL = dict(steps=5, d_model=8, d_hidden=16, vocab=32, batch_size=2, seq_len=8, microbatches=2,
              warmup_steps=1, growth_interval=2, overflow_steps=(4,), outlier_window=2,

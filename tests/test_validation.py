@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mojolike.oracles.fold import split_is_exact, split_trees_equal
 
 import mojolike
 from mojolike import Refusal
-from mojolike.oracles.fold import split_is_exact, split_trees_equal
-from mojolike.train import TrainConfig
+from mojolike.training.trainer import TrainConfig
 
 
 def refused(fn, option: str | None = None) -> Refusal:

@@ -27,7 +27,7 @@ The checks. Both command lines, the mode, the flags and the compiler are string
 literals in the module, written before compiling. The loader (`check_build`)
 refuses a module whose compile command does not carry exactly FLAGS[mode], in
 order, right after the compiler, or that used any option an extension does not
-need. In identical mode `mojolike.fpstate.check` then refuses a process whose
+need. In identical mode `mojolike.core.fpstate.check` then refuses a process whose
 floating-point state is wrong, and before the module serves any mode its
 known-answer self-test runs on every OpenMP thread (native/c/selftest.py).
 
@@ -72,7 +72,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...refusals import BackendUnavailable
+from ...core.refusals import BackendUnavailable
 
 HERE = Path(__file__).resolve().parent
 FAMILIES = ("fold", "optim", "crmath", "loss", "schedule", "rng", "layers")
@@ -417,7 +417,7 @@ def _load(mode: str):
         module = _import(p.name, path)
         check_build(module, mode, p)
         if mode == "identical":
-            from ... import fpstate  # a library built with -ffast-math may have set FTZ on load
+            from ...core import fpstate  # a library built with -ffast-math may have set FTZ on load
             fpstate.check(ENTRY)
         _selftest_outcome[module.__file__] = selftest.verify(module, mode)
     return module

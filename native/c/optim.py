@@ -1,7 +1,7 @@
 """SGD, Adam/AdamW, the clip and accumulation through the C kernels in optim.c.
 
 Parameters and gradients are flat float32 arrays or pieces (separate arrays with
-their offsets, mojolike._params.Pieces), passed to C as tables of addresses (one
+their offsets, mojolike.optim.params.Pieces), passed to C as tables of addresses (one
 per tensor) with the offsets; the optimizer state is flat.
 
 >>> import numpy as np
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..pieces import operands, table
 from ...oracles.fold import CHUNK
-from ..._params import operands, table
 from .fold import CffiFold
 
 

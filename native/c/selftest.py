@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...core.refusals import BackendUnavailable
 from ...oracles import f32
 from ...oracles import fold as ofold
-from ...refusals import BackendUnavailable
 
 CHECKS = ("flush-to-zero", "denormals-are-zero", "excess range", "product then sum",
           "contraction", "association", "serial sum", "fold of subnormals", "fold")

@@ -18,7 +18,7 @@ Reproducibility: elementwise, no reductions, every float operation a libdevice
 no launch geometry reaches the bits.
 
 >>> import numpy as np
->>> from mojolike import registry
+>>> from mojolike.core import registry
 >>> k = registry.kernels("example", "crmath", "cuda-sim")  # a worker process unless this one simulates
 >>> out = np.empty(3, np.float32)
 >>> int(k.expf_into(np.float32([0.0, 1.0, np.nan]), out)), out.tolist()  # (undecided count, out)

@@ -23,7 +23,7 @@ no fma; tests/test_ptx_lint.py checks the PTX), and every sum's tree depends on
 its length alone: the oracle's bits (oracles/layers.py) on any device.
 
 >>> import numpy as np
->>> from mojolike import registry
+>>> from mojolike.core import registry
 >>> k = registry.kernels("example", "layers", "cuda-sim")  # a worker process unless this one simulates
 >>> out = np.empty((1, 2), np.float32)
 >>> k.gemm_nt(np.float32([[1, 2]]), np.float32([[3, 4], [0.5, 0.25]]), np.float32([0.5, -1]), True, out)

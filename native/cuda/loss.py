@@ -20,7 +20,7 @@ fma; tests/test_ptx_lint.py checks the PTX), and the fold's shape depends on V
 alone, so neither launch geometry nor the device reaches the bits.
 
 >>> import numpy as np
->>> from mojolike import registry
+>>> from mojolike.core import registry
 >>> k = registry.kernels("example", "loss", "cuda-sim")  # a worker process unless this one simulates
 >>> rows, status = np.empty(1, np.float32), np.empty(1, np.int32)
 >>> int(k.cross_entropy_into(np.float32([[0.0, 0.0]]), np.int64([0]), -100, np.float32(1),

@@ -12,7 +12,7 @@ Arrays may be numpy arrays (they travel to the device and, when written, back)
 or device arrays (they stay): the optimizer keeps its moments resident, and
 parameters too after `params_to_device()`. These kernels take flat arrays only
 (no `takes_pieces`), so separate parameter arrays arrive packed into one flat
-copy (mojolike._params.Registry): host arrays cross to the device at every step
+copy (mojolike.optim.params.Registry): host arrays cross to the device at every step
 anyway, and one flat transfer and one launch beat a table of per-tensor device
 pointers that would need as many transfers; `params_to_device()` keeps the flat
 copy resident.

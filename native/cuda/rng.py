@@ -18,7 +18,7 @@ checks the PTX: no fma, every op .rn); each value depends on its stream position
 alone.
 
 >>> import numpy as np
->>> from mojolike import registry
+>>> from mojolike.core import registry
 >>> k = registry.kernels("example", "rng", "cuda-sim")  # a worker process unless this one simulates
 >>> out = np.empty(3, np.float32)
 >>> int(k.uniform_into(0, 0, 0, 0, np.float32(0), np.float32(1), out)), out.tolist()

@@ -16,7 +16,7 @@ PTX: no fma, every op .rn, division div.rn.f64), so no launch geometry reaches
 the bits.
 
 >>> import numpy as np
->>> from mojolike import registry
+>>> from mojolike.core import registry
 >>> k = registry.kernels("example", "schedule", "cuda-sim")  # a worker process here
 >>> out = np.empty(6, np.float32)
 >>> int(k.schedule_into(1, np.float32(1.0), np.float32(0.0), 2, 6, 1, out)), out.tolist()  # linear

@@ -3,7 +3,7 @@
 NUMBA_ENABLE_CUDASIM must be set before numba is imported, so a process that
 already uses numba for real cannot simulate. `proxy(family, mode)` starts one
 worker per parent process (lazily, on first use) and forwards kernel calls to it;
-the worker loads the same kernels through `mojolike.registry.kernels` and
+the worker loads the same kernels through `mojolike.core.registry.kernels` and
 answers with the labels they report, so a proxy never claims what it did not run.
 
 Wire format, both ways: frames of an 8-byte little-endian length and a payload;
@@ -70,7 +70,7 @@ class _Worker:
             raise RuntimeError(f"the cuda-sim worker exited (code {self.proc.poll()})")
         head, out = reply
         if not head["ok"]:
-            from ...refusals import BackendUnavailable, Refusal
+            from ...core.refusals import BackendUnavailable, Refusal
             if head["type"] in ("Refusal", "BackendUnavailable"):
                 cls = BackendUnavailable if head["type"] == "BackendUnavailable" else Refusal
                 raise cls(head["entry_point"], head["option"], head["reason"])
@@ -172,8 +172,8 @@ def proxy(family: str, mode: str) -> SimProxy:
 
 
 def serve(inp, out) -> None:
-    from ... import registry
-    from ...refusals import Refusal
+    from ...core import registry
+    from ...core.refusals import Refusal
     while (msg := _recv(inp)) is not None:
         head, arrays = msg
         try:

@@ -1,0 +1,95 @@
+"""Public sums: `fold`, `sumsq`, `dot`, each the canonical tree on any backend.
+
+The tree (32 lanes, 1024-element chunks, -0.0 lane start, butterfly, pairwise
+chunk tree) is defined in `mojolike.oracles.fold`; see contracts/fold.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.checks import as_f32, keywords, shape_of
+from ..core.refusals import refuse
+from ..core.registry import CONTRACT_MODE, kernels
+
+_OPTIONS = ("backend", "numeric_mode")
+
+
+def fold(x, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
+    """The sum of a float32 buffer by the canonical `fold` tree.
+
+    Parameters: `x` any float32 buffer (numpy array, array.array('f'),
+    memoryview), any shape, read in C order; `backend`, `numeric_mode` as in
+    `mojolike.backends`. NaN and infinities are legal and follow IEEE 754.
+
+    Reproducibility: in numeric_mode="identical" the result has the oracle's
+    bits on every backend and thread count; the tree depends only on x.size.
+
+    Lanes hold every 32nd element, so 1e8 and -1e8 cancel before the 1.0 joins
+    (a serial float32 sum would lose the 1.0 and return 0.0):
+
+    >>> import numpy as np, mojolike
+    >>> mojolike.fold(np.array([1e8, 1.0, -1e8], np.float32), backend="oracle")
+    np.float32(1.0)
+    """
+    keywords("mojolike.fold", unknown, ("x",) + _OPTIONS)
+    a = as_f32("mojolike.fold", "x", x)
+    return kernels("mojolike.fold", "fold", backend, numeric_mode).fold(a)
+
+
+def sumsq(x, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
+    """fold of the rounded squares x[i]*x[i] (no fused multiply-add).
+
+    Reproducibility: as `fold`; each square is rounded to float32 before it is summed.
+
+    >>> import numpy as np, mojolike
+    >>> mojolike.sumsq(np.array([3, 4], np.float32), backend="oracle")
+    np.float32(25.0)
+    """
+    keywords("mojolike.sumsq", unknown, ("x",) + _OPTIONS)
+    a = as_f32("mojolike.sumsq", "x", x)
+    return kernels("mojolike.sumsq", "fold", backend, numeric_mode).sumsq(a)
+
+
+def dot(a, b, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
+    """fold of the rounded products a[i]*b[i]; a and b have the same shape.
+
+    Reproducibility: as `fold`; each product is rounded to float32 before it is summed.
+
+    >>> import numpy as np, mojolike
+    >>> mojolike.dot(np.ones(3, np.float32), np.arange(3, dtype=np.float32), backend="oracle")
+    np.float32(3.0)
+    """
+    keywords("mojolike.dot", unknown, ("a", "b") + _OPTIONS)
+    u = as_f32("mojolike.dot", "a", a)
+    v = as_f32("mojolike.dot", "b", b)
+    shape_a, shape_b = shape_of(a), shape_of(b)
+    if shape_a != shape_b:
+        refuse("mojolike.dot", "b", f"has shape {shape_b} but a has shape {shape_a}; "
+                                    f"dot needs equal shapes")
+    return kernels("mojolike.dot", "fold", backend, numeric_mode).dot(u, v)
+
+
+class OracleFold:
+    """The oracle as a kernel set: numpy buffers in, numpy.float32 out."""
+
+    backend = "oracle"
+    numeric_mode = CONTRACT_MODE
+    details: dict = {}
+
+    def __init__(self):
+        from ..oracles import codec
+        from ..oracles import fold as spec
+        self._spec, self._codec = spec, codec
+
+    def fold(self, x):
+        return self._codec.scalar(self._spec.fold(self._codec.decode(x)))
+
+    def sumsq(self, x):
+        return self._codec.scalar(self._spec.sumsq(self._codec.decode(x)))
+
+    def dot(self, a, b):
+        return self._codec.scalar(self._spec.dot(self._codec.decode(a), self._codec.decode(b)))
+
+
+def oracle_kernels(mode: str, backend: str = "oracle") -> OracleFold:
+    return OracleFold()

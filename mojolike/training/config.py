@@ -1,0 +1,170 @@
+"""The configuration of a training run: `TrainConfig` (the model, the data, the optimizer, the
+scaler, the gate and the certification hooks), checked whole when it is made.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core import checks
+from ..core.refusals import refuse
+from ..oracles.fold import CHUNK
+
+_E = "mojolike.train.TrainConfig"
+
+
+@dataclass(frozen=True, init=False)
+class TrainConfig:
+    """Everything that decides a training run's bits (the backend does not).
+
+    Model (`mojolike.models.TinyLM`): `d_model`, `d_hidden` (None: 4 d_model),
+    `vocab` (256: the text's bytes; below 256 each byte is folded to byte mod
+    vocab, so 32 maps upper and lower case letters onto 1..26 and the space onto
+    0), `dropout` after the MLP, `chunk_size` of the head, `seed` of the
+    initializer. Data (`mojolike.data`, the shipped text): step s (counted from 1)
+    takes the `batch_size` windows of `seq_len` tokens at rows (s - 1) batch_size
+    onwards, split into `microbatches` equal parts. Optimizer: AdamW with
+    `betas`, `eps`, `weight_decay` on the matrices only (fc1, fc2 and head
+    weights; norms, biases and the embedding take none), `WarmupCosineLR(lr,
+    warmup_steps, total_steps=steps, min_lr)` (warmup_steps None: min(10, steps)),
+    the global-norm clip `max_norm`
+    (None: no clip). Loss scaling: `GradScaler(init_scale, growth_interval=...)`.
+    The gate: `OutlierDetector(outlier_window)` on the loss; a step whose loss
+    z-score exceeds `skip_lossz` is not applied (None: never). Dropout draws from
+    `Generator(dropout_seed)`, one stream per step. `overflow_steps`: steps whose
+    scaled gradients get an inf written into one cell after the backward (as an
+    overflowing float16 backward would), so that the scaler skips them and backs
+    off: a certification hook.
+
+    Every real is kept as the shortest decimal that reads back to the binary32
+    value the run uses (skip_lossz: as a binary64 float, which the gate compares
+    with), so spellings of the same values (lr=1, 1.0, numpy.float32(1),
+    Fraction(1)) make equal configurations with one `key`.
+
+    Reproducibility: a run's records and final state are a function of this
+    configuration and the shipped text alone (contracts/train.md).
+
+    >>> c = TrainConfig(steps=12, d_model=8)
+    >>> c.d_hidden, c.tokens_per_step, TrainConfig.from_dict(c.to_dict()) == c
+    (32, 2048, True)
+    """
+
+    steps: int = 200
+    d_model: int = 32
+    d_hidden: int | None = None
+    vocab: int = 256
+    dropout: float = 0.1
+    chunk_size: int = 1024
+    seed: int = 0
+    batch_size: int = 16
+    seq_len: int = 128
+    microbatches: int = 2
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int | None = None
+    betas: tuple = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    max_norm: float | None = 1.0
+    init_scale: float = 65536.0
+    growth_interval: int = 2000
+    outlier_window: int = 16
+    skip_lossz: float | None = None
+    dropout_seed: int = 1
+    overflow_steps: tuple = ()
+
+    def __init__(self, **options):
+        names = [f.name for f in dataclasses.fields(self)]
+        checks.keywords(_E, {k: v for k, v in options.items() if k not in names}, tuple(names))
+        values = {f.name: options.get(f.name, f.default) for f in dataclasses.fields(self)}
+        for name, value in _checked(values).items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+    def to_dict(self, **unknown) -> dict:
+        """The configuration as plain JSON values (tuples as lists; every real a float)."""
+        checks.keywords(f"{_E}.to_dict", unknown, ())
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d, **unknown) -> TrainConfig:
+        """The configuration `to_dict` wrote (unknown keys are refused by name)."""
+        checks.keywords(f"{_E}.from_dict", unknown, ("d",))
+        if not isinstance(d, dict):
+            refuse(_E, "config", f"must be a dict as to_dict() returns, not {type(d).__name__}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+    def key(self, **unknown) -> str:
+        """The configuration as canonical JSON (what a checkpoint and a run card name): the
+        same text for every spelling of the same binary32 values (lr=1, 1.0, 1.00000001)."""
+        checks.keywords(f"{_E}.key", unknown, ())
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def _shortest(r: float) -> float:
+    """The binary32 value `r` as the float of the shortest decimal text that reads back to it
+    (3e-3 for binary32(0.003)): one value, and one key text, per binary32 value the run uses,
+    whichever spelling (1, 1.0, numpy.float32(1), Fraction(1)) gave it."""
+    d = float(str(np.float32(r)))
+    same = np.float32(d).view(np.uint32) == np.float32(r).view(np.uint32)
+    return d if same else r  # a decimal that double rounding moves: the exact value instead
+
+
+def _checked(v: dict) -> dict:
+    """Every option checked (refused by its name), in the form the run uses."""
+    e = _E
+    whole = lambda name, low=1, high=None: checks.integer(e, name, v[name], low=low, high=high)
+    out = dict(v)
+    for name in ("steps", "d_model", "batch_size", "seq_len", "microbatches", "growth_interval",
+                 "outlier_window"):
+        out[name] = whole(name)
+    if v["d_hidden"] is not None:
+        out["d_hidden"] = whole("d_hidden")
+    else:
+        out["d_hidden"] = 4 * out["d_model"]
+    out["vocab"] = whole("vocab", 2, 256)
+    out["chunk_size"] = whole("chunk_size", CHUNK)
+    if out["chunk_size"] % CHUNK:
+        refuse(e, "chunk_size", "must be a multiple of 1024", value=v["chunk_size"])
+    for name in ("seed", "dropout_seed"):
+        out[name] = whole(name, 0, 2**64 - 1)
+    out["warmup_steps"] = min(10, out["steps"]) if v["warmup_steps"] is None else \
+        whole("warmup_steps", 0, out["steps"])
+    if out["batch_size"] % out["microbatches"]:
+        refuse(e, "microbatches", f"must divide batch_size={out['batch_size']} (equal microbatches)",
+               value=v["microbatches"])
+    real = lambda name, x, **bounds: _shortest(checks.real32(e, name, x, **bounds))
+    out["dropout"] = real("dropout", v["dropout"], low=0.0, high=1.0, high_open=True,
+                          what="in [0, 1)")
+    for name in ("lr", "eps", "weight_decay"):
+        out[name] = real(name, v[name], low=0.0)
+    out["min_lr"] = real("min_lr", v["min_lr"], low=0.0, high=checks.real32(e, "lr", v["lr"]),
+                         what="in [0, lr]")
+    if v["max_norm"] is not None:
+        out["max_norm"] = real("max_norm", v["max_norm"], low=0.0)
+    out["init_scale"] = real("init_scale", v["init_scale"], low=0.0)
+    if out["init_scale"] == 0.0:
+        refuse(e, "init_scale", "must be > 0", value=v["init_scale"])
+    if v["skip_lossz"] is not None:
+        checks.real32(e, "skip_lossz", v["skip_lossz"])
+        # the gate compares the detector's binary64 z-score with it: its binary64 value
+        out["skip_lossz"] = float(checks.exact(e, "skip_lossz", v["skip_lossz"]))
+    b = v["betas"]
+    if not isinstance(b, tuple) or len(b) != 2:
+        refuse(e, "betas", "must be a pair (beta1, beta2)", value=b)
+    out["betas"] = tuple(real(f"betas[{i}]", x, low=0.0, high=1.0, high_open=True,
+                              what="in [0, 1)") for i, x in enumerate(b))
+    s = v["overflow_steps"]
+    if not isinstance(s, tuple):
+        refuse(e, "overflow_steps", "must be a tuple of step numbers", value=s)
+    steps = [checks.integer(e, "overflow_steps", x, low=1, high=out["steps"]) for x in s]
+    if steps != sorted(set(steps)):
+        refuse(e, "overflow_steps", "must be increasing, each step once", value=s)
+    out["overflow_steps"] = tuple(steps)
+    return out

@@ -1,0 +1,548 @@
+"""Define-by-run reverse mode over the certified ops: `Tape`.
+
+Each op computes eagerly through the certified function on the tape's backend
+and appends one node; `backward` walks the nodes once, newest first, and adds a
+value's gradient contributions in that walk's order (contracts/train.md, "Tape").
+Elementwise steps the layers do not provide (add, mul, relu's select, scaling by
+an upstream gradient, the accumulation of contributions) are numpy float32
+operations: one IEEE rounding each, the same bits on every machine.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import weakref
+from fractions import Fraction
+
+import numpy as np
+
+from ..core import checks, registry
+from ..core.refusals import Refusal, refuse
+from ..ops.fold import fold
+from ..ops.head import chunked_lm_head_loss
+from ..ops.layers import (
+    embedding,
+    embedding_backward,
+    linear,
+    linear_backward,
+    relu,
+    rms_norm,
+    rms_norm_backward,
+)
+from ..ops.loss import cross_entropy
+from ..ops.rng import TWO64, Generator
+from ..oracles import f32
+
+_E = "mojolike.Tape"
+# options the tape sets itself, so a caller's value would be ignored or contradicted
+_LOSS_OWN = {
+    "return_grad": "is set by the tape (the gradient is computed in the forward and kept for "
+                   "backward); leave it out",
+    "backend": "is the tape's: pass backend= to Tape()",
+    "numeric_mode": "is the tape's: pass numeric_mode= to Tape()",
+}
+# the ops whose nodes keep gradients computed in the forward (handed to the caller once freed)
+_KEEPS_GRADIENTS = ("cross_entropy", "chunked_lm_head_loss")
+
+
+class Value:
+    """A value on a tape: `data` (a float32 array; a 0-d array for a scalar loss), `shape`,
+    and `requires_grad` (a parameter, or computed from one). Made by `Tape.param`,
+    `Tape.const` and the tape's ops; valid until `Tape.reset_to` drops it. The tape holds
+    only its parameters: any other value lives while the caller or a node that reads it
+    holds it."""
+
+    __slots__ = ("data", "requires_grad", "_tape", "_index", "_node", "_kind", "__weakref__")
+
+    def __init__(self, data, requires_grad, tape, index, node, kind):
+        self.data, self.requires_grad = data, requires_grad
+        self._tape, self._index, self._node, self._kind = tape, index, node, kind
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    def item(self, **unknown) -> float:
+        """The value of a one-element Value as a Python float (the float32 value, exactly)."""
+        checks.keywords("mojolike.Tape.Value.item", unknown, ())
+        if self.data.size != 1:
+            refuse("mojolike.Tape.Value.item", "value", f"has shape {self.shape}; item() needs "
+                                                        f"one element")
+        return float(self.data.reshape(-1)[0])
+
+    def __repr__(self) -> str:
+        what = self._kind if self._node is None else self._node.op
+        return f"Value({what}, shape={self.shape}, requires_grad={self.requires_grad})"
+
+
+class _Node:
+    __slots__ = ("op", "inputs", "saved", "spent")
+
+    def __init__(self, op, inputs, saved):
+        self.op, self.inputs, self.saved, self.spent = op, inputs, saved, False
+
+
+class Tape:
+    """Define-by-run reverse mode: eager certified ops, one node each, one backward walk.
+
+    `param(array)` registers a parameter (borrowed, never copied: an optimizer
+    updating that array is seen by the next forward), `const(array)` a constant.
+    The ops `linear`, `embedding`, `rms_norm`, `relu`, `add`, `mul`, `dropout`,
+    `cross_entropy`, `chunked_lm_head_loss`, `sum`, `mean` take and return `Value`s.
+    `backward(loss, seed=1.0)` walks the nodes once, newest first, and returns the
+    gradients of the parameters in registration order: None for a parameter the
+    loss does not reach (torch leaves its `.grad` None; an optimizer skips it).
+    Unless `retain_graph=True` it frees the graph it walked, as torch does: those
+    nodes drop what they kept and their inputs, so a tape used for many backward
+    passes holds no more than one pass's graph, and a later backward through a
+    freed node is refused. `mark()` / `reset_to(mark)` drop every value and node
+    made after the mark (the arena of one step; parameters registered before the
+    mark stay).
+
+    Fan-in: a value read by several ops gets its contributions added as the walk
+    reaches them, newest consumer first and, within one op, in argument order,
+    each addition one float32 rounding: for consumers n1 < n2 < n3 its gradient is
+    (c3 + c2) + c1 (contracts/train.md, clause 3).
+
+    Parameters: `backend`, `numeric_mode` as in `mojolike.backends`, resolved once
+    when the tape is made; every op runs there, dropout included (whatever backend
+    its generator was made for).
+
+    Reproducibility: every op is a certified function or one IEEE operation per
+    element, and the order of every addition is fixed by the program alone, so a
+    tape's values and gradients have the oracle's bits on every backend and
+    thread count (numeric_mode="identical").
+
+    A shape or dtype mistake raises `mojolike.Refusal` naming the op
+    ("mojolike.Tape.linear") and the argument, and appends nothing.
+
+    >>> import numpy as np, mojolike
+    >>> tape = mojolike.Tape(backend="oracle")
+    >>> w = tape.param(np.float32([[1, -2], [3, 4]]))
+    >>> x = tape.const(np.float32([[1, 2]]))
+    >>> loss = tape.sum(tape.relu(tape.linear(x, w)))     # relu([-3, 11]): row 0 gets no gradient
+    >>> loss.item(), tape.backward(loss)[0].tolist()
+    (11.0, [[0.0, 0.0], [1.0, 2.0]])
+    >>> m = tape.mark()
+    >>> y = tape.mul(w, w)
+    >>> tape.backward(tape.mean(y))[0].tolist()          # w/4 + w/4: w read twice by mul
+    [[0.5, -1.0], [1.5, 2.0]]
+    >>> tape.reset_to(m); len(tape.params)
+    1
+    """
+
+    def __init__(self, backend=None, numeric_mode=None, **unknown):
+        checks.keywords(_E, unknown, ("backend", "numeric_mode"))
+        self.backend, self.numeric_mode = registry.resolve(_E, backend, numeric_mode)
+        self._on = dict(backend=self.backend, numeric_mode=self.numeric_mode)
+        # position -> weak reference: the tape finds its values (reset_to) without keeping them
+        self._values: dict[int, weakref.ref] = {}
+        self._next = 0  # the position of the next value (mark())
+        self._sweep_at = 64  # drop dead references when this many are held
+        self._params: list[Value] = []
+
+    def __repr__(self) -> str:
+        return (f"Tape(backend={self.backend!r}, values={len(self._live())}, "
+                f"params={len(self._params)})")
+
+    @property
+    def params(self) -> tuple[Value, ...]:
+        """The parameters in registration order (the order of `backward`'s gradients)."""
+        return tuple(self._params)
+
+    # -- leaves -------------------------------------------------------------------------------
+    def param(self, array, **unknown) -> Value:
+        """Register a float32 array as a parameter (borrowed: the Value's data is the array)."""
+        e = f"{_E}.param"
+        checks.keywords(e, unknown, ("array",))
+        a = _borrow(e, array)
+        for i, p in enumerate(self._params):
+            if np.may_share_memory(p.data, a):
+                refuse(e, "array", f"shares memory with parameter {i}; register each parameter "
+                                   f"once (its gradient would be applied twice)")
+        v = self._leaf(a, True, "param")
+        self._params.append(v)
+        return v
+
+    def const(self, array, **unknown) -> Value:
+        """A float32 array no gradient flows to (borrowed: keep it unchanged until backward)."""
+        e = f"{_E}.const"
+        checks.keywords(e, unknown, ("array",))
+        return self._leaf(_borrow(e, array), False, "const")
+
+    def _leaf(self, a, requires_grad, kind) -> Value:
+        return self._register(Value(a, requires_grad, self, self._next, None, kind))
+
+    def _register(self, v: Value) -> Value:
+        self._values[v._index] = weakref.ref(v)
+        self._next += 1
+        if len(self._values) >= self._sweep_at:  # amortized: the table stays within 2x the live
+            for i in [i for i, r in self._values.items() if r() is None]:
+                del self._values[i]
+            self._sweep_at = 2 * len(self._values) + 64
+        return v
+
+    def _live(self) -> list[Value]:
+        """The values still alive, oldest first."""
+        return [v for v in (r() for r in self._values.values()) if v is not None]
+
+    # -- the arena ----------------------------------------------------------------------------
+    def mark(self, **unknown) -> int:
+        """The current position: `reset_to` it to drop everything made after this call."""
+        checks.keywords(f"{_E}.mark", unknown, ())
+        return self._next
+
+    def reset_to(self, mark, **unknown) -> None:
+        """Drop every value, node and parameter made after `mark`; their handles become
+        unusable (refused by name), and their buffers are released."""
+        e = f"{_E}.reset_to"
+        checks.keywords(e, unknown, ("mark",))
+        m = checks.integer(e, "mark", mark, low=0, high=self._next,
+                           what=f"a position from mark(), at most {self._next} here")
+        for i in [i for i in self._values if i >= m]:
+            v = self._values.pop(i)()
+            if v is not None:  # a handle the caller still holds: refused from now on
+                v._tape, v._node = None, None
+        self._next = m
+        self._params = [p for p in self._params if p._index < m]
+
+    # -- ops ----------------------------------------------------------------------------------
+    def linear(self, x, weight, bias=None, **unknown) -> Value:
+        """`mojolike.linear(x, weight, bias)`; backward by `mojolike.linear_backward`."""
+        e = f"{_E}.linear"
+        checks.keywords(e, unknown, ("x", "weight", "bias"))
+        ins = [self._own(e, "x", x), self._own(e, "weight", weight)]
+        if bias is not None:
+            ins.append(self._own(e, "bias", bias))
+        with _as(e):
+            y = linear(*(v.data for v in ins), **self._on)
+        return self._push("linear", y, ins, None)
+
+    def embedding(self, ids, weight, padding_idx=None, **unknown) -> Value:
+        """`mojolike.embedding(ids, weight, padding_idx)`, ids a plain integer array (at least
+        1-D, copied); backward by `mojolike.embedding_backward`."""
+        e = f"{_E}.embedding"
+        checks.keywords(e, unknown, ("ids", "weight", "padding_idx"))
+        if isinstance(ids, Value):
+            refuse(e, "ids", "must be a plain integer array, not a Value: no gradient flows to ids")
+        w = self._own(e, "weight", weight)
+        with _as(e):
+            y = embedding(ids, w.data, padding_idx, **self._on)
+        if np.ndim(ids) < 1:
+            refuse(e, "ids", "must have at least one dimension (the gradient has rows)", value=ids)
+        return self._push("embedding", y, [w], (np.array(ids, copy=True), padding_idx))
+
+    def rms_norm(self, x, weight=None, eps=None, **unknown) -> Value:
+        """`mojolike.rms_norm(x, weight, eps)`; backward by `mojolike.rms_norm_backward`."""
+        e = f"{_E}.rms_norm"
+        checks.keywords(e, unknown, ("x", "weight", "eps"))
+        ins = [self._own(e, "x", x)]
+        if weight is not None:
+            ins.append(self._own(e, "weight", weight))
+        with _as(e):
+            y = rms_norm(ins[0].data, None if weight is None else ins[1].data, eps, **self._on)
+        return self._push("rms_norm", y, ins, eps)
+
+    def relu(self, x, **unknown) -> Value:
+        """`mojolike.relu(x)`; backward: +0.0 where relu(x) <= 0, else the upstream gradient
+        (torch's threshold_backward: a select, so a NaN input passes its gradient)."""
+        e = f"{_E}.relu"
+        checks.keywords(e, unknown, ("x",))
+        a = self._own(e, "x", x)
+        with _as(e):
+            y = relu(a.data, **self._on)
+        return self._push("relu", y, [a], None)
+
+    def add(self, a, b, **unknown) -> Value:
+        """a + b elementwise, same shapes (residuals); the gradient goes to both."""
+        e = f"{_E}.add"
+        u, v = self._pair(e, a, b, unknown)
+        return self._push("add", _binary(np.add, u.data, v.data), [u, v], None)
+
+    def mul(self, a, b, **unknown) -> Value:
+        """a * b elementwise, same shapes; gradients dy * b and dy * a (one rounding each)."""
+        e = f"{_E}.mul"
+        u, v = self._pair(e, a, b, unknown)
+        return self._push("mul", _binary(np.multiply, u.data, v.data), [u, v], None)
+
+    def dropout(self, x, generator, p, *, offset=0, stream=None, **unknown) -> Value:
+        """`generator.dropout(x, p, offset, stream)` computed on the tape's backend and mode:
+        element i keyed by (seed, stream, offset + i), the stream taken from the generator
+        as its own dropout takes it; backward replays the key there."""
+        e = f"{_E}.dropout"
+        checks.keywords(e, unknown, ("x", "generator", "p", "offset", "stream"))
+        a = self._own(e, "x", x)
+        if not isinstance(generator, Generator):
+            refuse(e, "generator", f"must be a mojolike.Generator, not {type(generator).__name__}")
+        with _as(e):
+            runner, y, key = self._dropout_draw(e, generator, a.data, p, offset, stream)
+        return self._push("dropout", y, [a], (runner, key))
+
+    def _dropout_draw(self, e: str, generator: Generator, x, p, offset, stream):
+        """(the generator that ran, y, key): the generator's own draw when it runs on the tape's
+        backend and mode, else the same seed's draw there, taking the generator's stream."""
+        if registry.resolve(e, generator._backend, generator._mode) == (self.backend,
+                                                                        self.numeric_mode):
+            return (generator, *generator.dropout(x, p, offset=offset, stream=stream))
+        here = Generator(generator.seed, **self._on)
+        if stream is not None:
+            return (here, *here.dropout(x, p, offset=offset, stream=stream))
+        s = generator.state_dict()["counter"]
+        if s >= TWO64:
+            generator.next_stream()  # its refusal: every stream of the seed is used
+        y, key = here.dropout(x, p, offset=offset, stream=s)  # every argument checked here
+        taken = generator.next_stream()  # the counter moves once the draw is accepted
+        if taken != s:  # another thread took s meanwhile
+            y, key = here.dropout(x, p, offset=offset, stream=taken)
+        return here, y, key
+
+    def cross_entropy(self, logits, targets, **options) -> Value:
+        """`mojolike.cross_entropy(logits, targets, **options)` with reduction 'mean' (default)
+        or 'sum': a scalar; its gradient is computed here and kept for backward."""
+        e = f"{_E}.cross_entropy"
+        _loss_options(e, options, cross_entropy)
+        z = self._own(e, "logits", logits)
+        with _as(e):
+            loss, dz = cross_entropy(z.data, targets, return_grad=True, **options, **self._on)
+        return self._push("cross_entropy", np.array(loss, np.float32), [z], (dz,))
+
+    def chunked_lm_head_loss(self, hidden, weight, targets, **options) -> Value:
+        """`mojolike.chunked_lm_head_loss(hidden, weight, targets, **options)`, reduction 'mean'
+        or 'sum': a scalar; d_hidden and d_weight are computed here and kept for backward."""
+        e = f"{_E}.chunked_lm_head_loss"
+        _loss_options(e, options, chunked_lm_head_loss)
+        h, w = self._own(e, "hidden", hidden), self._own(e, "weight", weight)
+        with _as(e):
+            loss, dh, dw = chunked_lm_head_loss(h.data, w.data, targets, return_grad=True,
+                                                **options, **self._on)
+        return self._push("chunked_lm_head_loss", np.array(loss, np.float32), [h, w], (dh, dw))
+
+    def sum(self, x, **unknown) -> Value:
+        """The `fold` of every element: a scalar; backward broadcasts the upstream gradient."""
+        e = f"{_E}.sum"
+        checks.keywords(e, unknown, ("x",))
+        a = self._own(e, "x", x)
+        with _as(e):
+            s = fold(a.data, **self._on)
+        return self._push("sum", np.array(s, np.float32), [a], None)
+
+    def mean(self, x, **unknown) -> Value:
+        """fold(x) / n, n the element count rounded once to float32; backward broadcasts
+        (upstream / n), one rounding."""
+        e = f"{_E}.mean"
+        checks.keywords(e, unknown, ("x",))
+        a = self._own(e, "x", x)
+        with _as(e):
+            s = fold(a.data, **self._on)
+        n = f32.round_fraction(Fraction(a.data.size))
+        return self._push("mean", np.array(f32.div(float(s), n), np.float32), [a], n)
+
+    # -- backward -----------------------------------------------------------------------------
+    def backward(self, loss, seed=1.0, retain_graph=False, **unknown) -> list[np.ndarray | None]:
+        """The gradients of `seed * loss` with respect to the parameters, in registration order
+        (None where the loss does not reach a parameter). `loss` a scalar Value of this tape,
+        `seed` a finite real rounded to float32 (a -0.0 stays -0.0). Every gradient is a new
+        array the caller owns (an optimizer may scale it in place).
+
+        `retain_graph` (torch's name and default): False frees the graph this backward
+        walked once it has returned its gradients (its nodes drop their kept buffers and
+        their inputs; a later backward through them is refused); True keeps it for
+        another backward. A backward that raises (a refusal, an interrupt) frees nothing
+        and changes nothing the graph kept."""
+        e = f"{_E}.backward"
+        checks.keywords(e, unknown, ("loss", "seed", "retain_graph"))
+        top = self._own(e, "loss", loss)
+        if top.shape != ():
+            refuse(e, "loss", f"has shape {top.shape}; backward starts from a scalar (reduce it "
+                              f"with sum or mean)")
+        s = checks.real32(e, "seed", seed)
+        retain = checks.switch(e, "retain_graph", retain_graph)
+        walk = self._reached(e, top)
+        registry.check_fp_state(e, self.numeric_mode)
+        slots: dict[int, list] = {}
+        if top.requires_grad:
+            self._contribute(slots, top, np.array(s, np.float32), True)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+            for node_value in walk:  # newest first
+                slot = self._gradient(slots, node_value)
+                if slot is None:
+                    continue
+                dy = slot[0]
+                node = node_value._node
+                parts = getattr(self, "_back_" + node.op)(node, dy)
+                for v, part in zip(node.inputs, parts):
+                    if part is not None and v.requires_grad:
+                        self._contribute(slots, v, *part)
+        # a kept buffer is read-only during the walk; once the graph is freed, one parameter
+        # may take it without a copy
+        freed = set() if retain else {id(a) for v in walk if v._node.op in _KEEPS_GRADIENTS
+                                      for a in v._node.saved}
+        out = []
+        for p in self._params:
+            slot = self._gradient(slots, p)
+            if slot is None or slot[1]:
+                out.append(None if slot is None else slot[0])
+            elif id(slot[0]) in freed:
+                freed.discard(id(slot[0]))
+                out.append(slot[0])
+            else:
+                out.append(slot[0].copy())
+        if not retain:
+            for v in walk:
+                v._node.saved, v._node.inputs, v._node.spent = None, (), True
+        return out
+
+    def _reached(self, e: str, top: Value) -> list[Value]:
+        """The op values the walk from `top` applies, newest first; refuses freed nodes."""
+        if not top.requires_grad:
+            return []
+        seen, todo, walk = {top._index}, [top], []
+        while todo:
+            v = todo.pop()
+            if v._node is None:
+                continue  # a parameter
+            walk.append(v)
+            for u in v._node.inputs:
+                if u.requires_grad and u._index not in seen:
+                    seen.add(u._index)
+                    todo.append(u)
+        walk.sort(key=lambda v: v._index, reverse=True)
+        spent = next((v for v in walk if v._node.spent), None)
+        if spent is not None:
+            refuse(e, "loss", f"reaches a {spent._node.op} node that an earlier backward freed (it "
+                              f"ran without retain_graph, as torch's default); pass "
+                              f"retain_graph=True to the backward that should keep the graph, "
+                              f"or reset_to a mark and run the forward again")
+        return walk
+
+    # The order of contributions is contracts/train.md clause 3: `_contribute` is called in the
+    # walk's order and adds each contribution to the running gradient; `_gradient` takes the
+    # whole gradient when the walk reaches the value's own node (or at the end, for a parameter).
+    def _contribute(self, slots: dict, v: Value, g: np.ndarray, owned: bool) -> None:
+        slot = slots.get(v._index)
+        if slot is None:
+            slots[v._index] = [g, owned]
+        elif slot[1]:
+            np.add(slot[0], g, out=slot[0])  # this value's own buffer
+        else:
+            slots[v._index] = [_binary(np.add, slot[0], g), True]  # a shared buffer: copy first
+
+    def _gradient(self, slots: dict, v: Value):
+        """[gradient, owned] of `v`, removed from `slots`; None when nothing reached it."""
+        return slots.pop(v._index, None)
+
+    def _back_linear(self, node, dy):
+        x, w = node.inputs[0].data, node.inputs[1].data
+        dx, dw, db = linear_backward(dy, x, w, bias=len(node.inputs) == 3, **self._on)
+        return [(dx, True), (dw, True), (db, True)]
+
+    def _back_embedding(self, node, dy):
+        ids, padding_idx = node.saved
+        w = node.inputs[0].data
+        return [(embedding_backward(dy, ids, w.shape[0], padding_idx, **self._on), True)]
+
+    def _back_rms_norm(self, node, dy):
+        w = node.inputs[1].data if len(node.inputs) == 2 else None
+        dx, dw = rms_norm_backward(dy, node.inputs[0].data, w, node.saved, **self._on)
+        return [(dx, True), (dw, True)]
+
+    def _back_relu(self, node, dy):
+        return [(np.where(node.inputs[0].data <= 0, np.float32(0.0), dy).astype(np.float32,
+                                                                                 copy=False), True)]
+
+    def _back_add(self, node, dy):
+        return [(dy, False), (dy, False)]  # shared: whoever adds to it copies first
+
+    def _back_mul(self, node, dy):
+        a, b = node.inputs
+        return [(_binary(np.multiply, dy, b.data), True) if a.requires_grad else None,
+                (_binary(np.multiply, dy, a.data), True) if b.requires_grad else None]
+
+    def _back_dropout(self, node, dy):
+        generator, key = node.saved
+        return [(generator.dropout_backward(dy, key), True)]
+
+    def _back_cross_entropy(self, node, dy):
+        return [_scaled(node.saved[0], dy)]
+
+    def _back_chunked_lm_head_loss(self, node, dy):
+        dh, dw = node.saved
+        return [_scaled(dh, dy), _scaled(dw, dy)]
+
+    def _back_sum(self, node, dy):
+        return [(np.full(node.inputs[0].shape, dy, np.float32), True)]
+
+    def _back_mean(self, node, dy):
+        q = f32.div(float(dy), node.saved)
+        return [(np.full(node.inputs[0].shape, q, np.float32), True)]
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _own(self, e: str, name: str, v) -> Value:
+        """`v` as a live Value of this tape, else a refusal naming the argument."""
+        if not isinstance(v, Value):
+            hint = " (register arrays with tape.param or tape.const)" if isinstance(v, np.ndarray) else ""
+            refuse(e, name, f"must be a Value of this tape, not {type(v).__name__}{hint}")
+        if v._tape is None:
+            refuse(e, name, "was dropped by reset_to; values made after a mark live until the "
+                            "tape is reset to it")
+        if v._tape is not self:
+            refuse(e, name, "belongs to another tape")
+        return v
+
+    def _pair(self, e: str, a, b, unknown) -> tuple[Value, Value]:
+        checks.keywords(e, unknown, ("a", "b"))
+        u, v = self._own(e, "a", a), self._own(e, "b", b)
+        if u.shape != v.shape:
+            refuse(e, "b", f"has shape {v.shape} but a has shape {u.shape}; {e} needs equal "
+                           f"shapes (no broadcasting)")
+        registry.check_fp_state(e, self.numeric_mode)
+        return u, v
+
+    def _push(self, op: str, data: np.ndarray, inputs: list[Value], saved) -> Value:
+        grad = any(v.requires_grad for v in inputs)
+        return self._register(Value(data, grad, self, self._next,
+                                    _Node(op, tuple(inputs), saved), "op"))
+
+
+# -- module helpers ---------------------------------------------------------------------------
+def _borrow(e: str, array) -> np.ndarray:
+    """A float32 C-contiguous array sharing the caller's memory (refused otherwise)."""
+    flat = checks.as_f32(e, "array", array)
+    return array if isinstance(array, np.ndarray) else flat.reshape(checks.shape_of(array))
+
+
+@contextlib.contextmanager
+def _as(entry: str):
+    """Re-raise a certified op's refusal as the tape op's, same option and reason."""
+    try:
+        yield
+    except Refusal as r:
+        raise r.at(entry) from None
+
+
+def _loss_options(e: str, options: dict, fn) -> None:
+    """The loss's own options, checked before its arguments: the tape's (return_grad, backend,
+    numeric_mode) refused with the reason, anything else the loss does not take by name."""
+    for name, reason in _LOSS_OWN.items():
+        if name in options:
+            refuse(e, name, reason)
+    takes = tuple(n for n, p in inspect.signature(fn).parameters.items()
+                  if p.default is not p.empty and n not in _LOSS_OWN)
+    checks.keywords(e, {k: v for k, v in options.items() if k not in takes}, takes)
+    if options.get("reduction", "mean") not in ("mean", "sum"):
+        refuse(e, "reduction", "must be 'mean' or 'sum': the tape's losses are scalars",
+               value=options["reduction"])
+
+
+def _binary(fn, a, b) -> np.ndarray:
+    """fn(a, b) into a new float32 array of the operands' shape (0-d stays an array)."""
+    out = np.empty(np.broadcast_shapes(np.shape(a), np.shape(b)), np.float32)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        fn(a, b, out=out)
+    return out
+
+
+def _scaled(kept: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, bool]:
+    """A loss's kept gradient times the upstream scalar (x * 1 is x: skipped when it is 1; the
+    kept buffer is then shared, so a later contribution copies it instead of adding in place)."""
+    return (kept, False) if float(dy) == 1.0 else (_binary(np.multiply, kept, dy), True)

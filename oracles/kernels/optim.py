@@ -1,0 +1,106 @@
+"""The optimizer kernels of the oracle: numpy buffers updated in place from the exact
+per-element steps of `mojolike.oracles.optim` (the definition the other backends match).
+
+Reproducibility: pure Python on exact binary32 operations; the same bits on every machine.
+
+>>> import numpy as np
+>>> g = np.float32([1.0, -2.0])
+>>> OracleOptim().scale(g, np.float32(0.5)); g
+array([ 0.5, -1. ], dtype=float32)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...core import registry
+from .. import codec, f32, fold
+from .. import optim as spec
+
+
+class OracleOptim:
+    """The oracle as optimizer kernels: numpy buffers updated in place from exact per-element steps."""
+
+    backend = "oracle"
+    numeric_mode = registry.CONTRACT_MODE
+    details: dict = {}
+    WRITES = {"sgd": (0, 2), "adam": (0, 2, 3), "scale": (0,), "add": (2,)}
+
+    @staticmethod
+    def new_state(n: int):
+        return np.zeros(n, np.float32)
+
+    def sgd(self, p, g, b, first, lr, momentum, omd, wd, use_m, use_d, nesterov, maximize, *,
+            grad_scale=None, write_back=False):
+        """One SGD pass reading each gradient as g * grad_scale (one rounding, first); with
+        write_back the scaled gradient is stored into g, else g is left as it was."""
+        h = codec.decode_scalar
+        s = spec.SGDScalars(h(lr), h(momentum), h(omd), h(wd), bool(use_m), bool(use_d),
+                            bool(nesterov), bool(maximize))
+        gs = _scaled(g, grad_scale)
+        bs = codec.decode(b) if use_m else [0.0] * p.size  # without momentum b is a placeholder
+        out = [spec.sgd_elem(x, y, z, bool(first), s) for x, y, z in zip(codec.decode(p), gs, bs)]
+        codec.store(p, [o[0] for o in out])
+        if use_m:
+            codec.store(b, [o[1] for o in out])
+        if write_back:
+            codec.store(g, gs)
+
+    def adam(self, p, g, m, v, *a, grad_scale=None, write_back=False):
+        """One Adam pass reading each gradient as g * grad_scale (one rounding, first); with
+        write_back the scaled gradient is stored into g, else g is left as it was."""
+        s = spec.AdamScalars(*map(codec.decode_scalar, a[:9]), *map(bool, a[9:]))
+        gs = _scaled(g, grad_scale)
+        out = [spec.adam_elem(w, x, y, z, s) for w, x, y, z in zip(
+            codec.decode(p), gs, codec.decode(m), codec.decode(v))]
+        for i, arr in enumerate((p, m, v)):
+            codec.store(arr, [o[i] for o in out])
+        if write_back:
+            codec.store(g, gs)
+
+    def scale(self, g, coef):
+        c = codec.decode_scalar(coef)
+        codec.store(g, [f32.mul(x, c) for x in codec.decode(g)])
+
+    def add(self, a, b, out):
+        codec.store(out, [f32.add(x, y) for x, y in zip(codec.decode(a), codec.decode(b))])
+
+    def all_finite(self, x) -> bool:
+        return all(math.isfinite(v) for v in codec.decode(x))
+
+    def segment_sumsq(self, x, offsets):
+        return codec.encode([fold.sumsq(codec.decode(x[lo:hi]))
+                             for lo, hi in zip(offsets[:-1], offsets[1:])])
+
+    def segment_fold(self, x, offsets):
+        """The fold of every tensor's cells; an empty tensor's is -0.0, the tree's padding."""
+        return codec.encode([_or_identity(fold.fold, codec.decode(x[lo:hi]))
+                             for lo, hi in zip(offsets[:-1], offsets[1:])])
+
+    def segment_fold_sumsq(self, x, offsets):
+        """(fold, sumsq) of every tensor's cells; an empty tensor's are -0.0."""
+        cells = [codec.decode(x[lo:hi]) for lo, hi in zip(offsets[:-1], offsets[1:])]
+        return (codec.encode([_or_identity(fold.fold, c) for c in cells]),
+                codec.encode([_or_identity(fold.sumsq, c) for c in cells]))
+
+    def clip_coef(self, sumsqs, max_norm, eps):
+        total, coef = spec.clip_coef(codec.decode(sumsqs), codec.decode_scalar(max_norm))
+        return codec.scalar(total), codec.scalar(coef)
+
+
+def _scaled(g, grad_scale) -> list[float]:
+    """The gradient as the kernels read it: g * grad_scale, one binary32 rounding (None: g)."""
+    gs = codec.decode(g)
+    if grad_scale is None:
+        return gs
+    c = codec.decode_scalar(grad_scale)
+    return [f32.mul(x, c) for x in gs]
+
+
+def _or_identity(total, cells: list[float]) -> float:
+    return total(cells) if cells else -0.0
+
+
+def oracle_kernels(mode: str, backend: str = "oracle") -> OracleOptim:
+    return OracleOptim()
