@@ -10,7 +10,7 @@ by the pairwise tree serially; that tree depends on n alone, so every thread
 count gives the same bits.
 
 `segment_sumsq` takes the segments as a table of addresses
-(mojolike.native.pieces.table): each segment is its own fold tree, and one parallel
+(mojolike.core.pieces.table): each segment is its own fold tree, and one parallel
 pass covers the chunks of every segment, so many small tensors cost one launch
 and separate arrays are read where they lie.
 
@@ -32,7 +32,7 @@ from llvmlite import ir
 from numba import float32, int64, njit, prange, types, void
 from numba.core.extending import intrinsic
 
-from .pieces import table
+from ..core.pieces import table
 from ..oracles.fold import CHUNK, LANES
 from .simd import WIDTH, vadd, vbutterfly, vload, vmul, vsplat
 from .threads import Twin, num_threads
@@ -61,7 +61,7 @@ def _f32_pointer(typingctx, addr):
 
 @njit(**_INLINE)
 def at(addr, n):
-    """The float32 array of n elements at address addr (an entry of mojolike.native.pieces.table)."""
+    """The float32 array of n elements at address addr (an entry of mojolike.core.pieces.table)."""
     return numba.carray(_f32_pointer(addr), n)
 
 

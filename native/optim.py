@@ -9,7 +9,7 @@ so the order of operations cannot drift between them. The C kernels are the
 independent second spelling, and the oracle (`oracles/optim.py`) the definition.
 
 Step kernels take each operand as a table of addresses, one per tensor, and the
-tensors' offsets (mojolike.native.pieces.table): a list of separate arrays is updated where it
+tensors' offsets (mojolike.core.pieces.table): a list of separate arrays is updated where it
 lies, with no copy, and a flat array is the table of one tensor. The work is
 split by element ranges (TASK elements per parallel task, across tensor
 boundaries), so one big tensor spreads over every thread and 200 small ones
@@ -49,7 +49,7 @@ import numba
 import numpy as np
 from numba import boolean, float32, njit, prange, types, void
 
-from .pieces import operands, table
+from ..core.pieces import operands, table
 from ..oracles.fold import CHUNK, LANES
 from . import fold
 from .fold import I64, IN, NEG_ZERO, at

@@ -16,10 +16,10 @@ from conftest import CPU_BACKENDS, assert_same_bits, available
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from mojolike.native.pieces import Pieces
 from mojolike.oracles import optim as spec
 
 from mojolike.core import registry
+from mojolike.core.pieces import Pieces
 
 finite = st.floats(width=32, allow_subnormal=True, allow_nan=False, allow_infinity=False)
 nonneg = st.floats(0, 2.0**100, width=32, allow_subnormal=True)

@@ -19,8 +19,8 @@ import math
 import numpy as np
 
 from ..core import checks, registry
+from ..core.pieces import part
 from ..core.refusals import Refusal, refuse
-from ..native.pieces import part
 from ..oracles import f32
 from ..oracles.fold import split_is_exact
 from . import groups as groups_

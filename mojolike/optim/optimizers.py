@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import checks
+from ..core.pieces import part
 from ..core.refusals import refuse
-from ..native.pieces import part
 from ..oracles import optim as spec
 from .base import (
     _COMMON,

@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.checks import as_f32, disjoint, shape_of
+from ..core.pieces import Pieces, address
 from ..core.refusals import refuse
-from ..native.pieces import Pieces, address
 
 
 def _is_sparse(obj) -> bool:

@@ -24,8 +24,8 @@ import numbers
 import numpy as np
 
 from ..core import checks, registry
+from ..core.pieces import Pieces
 from ..core.refusals import refuse
-from ..native.pieces import Pieces
 from ..ops.fold import fold
 from ..oracles import codec, f32
 from .base import _Optimizer

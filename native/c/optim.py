@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..pieces import operands, table
+from ...core.pieces import operands, table
 from ...oracles.fold import CHUNK
 from .fold import CffiFold
 

@@ -2,8 +2,8 @@
 
 The optimizer's registry (`mojolike.optim.params.Registry`) hands the kernels either one
 flat array or `Pieces`; kernels that take pieces (`takes_pieces`) update the arrays where
-they lie, through `table`'s addresses. Lives with the kernels, so that they never import
-the API.
+they lie, through `table`'s addresses. It is in the core, below both the API and the kernels, so that
+the kernels never import the API.
 
 >>> import numpy as np
 >>> p = Pieces([np.zeros(2, np.float32), np.zeros(3, np.float32)], np.array([0, 2, 5]))
