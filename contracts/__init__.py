@@ -5,5 +5,6 @@ Each suite module (`fold`, ...) names its profile, builds its cases from
 negative controls; `harness` runs any suite on any backend.
 """
 
-SUITES = ("fold", "optim", "crmath", "loss", "schedule", "rng", "layers", "step", "train",
-          "distributed")
+from ..core.families import FAMILIES
+
+SUITES = (*FAMILIES, "step", "train", "distributed")  # a suite per family, then the whole-step ones

@@ -17,10 +17,10 @@ import mojolike
 
 from ..core import registry
 from ..ops import head as _layers_head
-from ..ops.layers import OracleLayers
 from ..oracles import codec, f32
 from ..oracles import layers as spec
 from ..oracles.fold import fold
+from ..oracles.kernels.layers import OracleLayers
 from .casegen import draw
 from .crmath import known_fallback as _crmath_known
 from .harness import refusal_clause, with_1_and_2_threads

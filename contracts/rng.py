@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from ..core import registry
-from ..ops.rng import Generator, OracleRng, philox4x32_10
+from ..ops.rng import Generator, philox4x32_10
 from ..oracles import rng as spec
+from ..oracles.kernels.rng import OracleRng
 from .casegen import SplitMix64, draw
 from .harness import refusal_clause, with_1_and_2_threads
 

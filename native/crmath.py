@@ -509,8 +509,7 @@ class NumbaCrmath(NumbaThreads):
     """expf/logf/sinpif/cospif on the CPU with numba, parallel over blocks of 4096 elements."""
 
     backend = "cpu-numba"
-    WRITES = {"expf_into": (1,), "logf_into": (1,), "sinpif_into": (1,),
-              "cospif_into": (1,)}  # argument positions each method writes
+    takes_pieces = False
 
     def __init__(self, mode: str):
         self.numeric_mode = mode

@@ -228,6 +228,7 @@ class NumbaFold(NumbaThreads):
     """fold/sumsq/dot on the CPU with numba; bits independent of the thread count."""
 
     backend = "cpu-numba"
+    takes_pieces = False
 
     def __init__(self, mode: str):
         self.numeric_mode = mode

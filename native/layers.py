@@ -512,8 +512,7 @@ class NumbaLayers(NumbaThreads):
     """
 
     backend = "cpu-numba"
-    WRITES = {"gemm_nt": (4,), "gemm_nt_chunks": (2,), "row_chunk_folds": (1,), "col_fold": (3,),
-              "segment_fold": (4,), "rms_norm": (4,), "rms_norm_backward": (5, 6), "relu": (1,)}
+    takes_pieces = False
 
     def __init__(self, mode: str):
         self.numeric_mode = mode

@@ -200,7 +200,7 @@ class NumbaLoss(fold.NumbaThreads):
     """Cross-entropy on the CPU with numba, parallel over rows (see `cross_entropy_into`)."""
 
     backend = "cpu-numba"
-    WRITES = {"cross_entropy_into": (9, 10, 11)}  # argument positions the method writes
+    takes_pieces = False
 
     def __init__(self, mode: str):
         self.numeric_mode = mode  # every mode runs the identical kernel: it keeps the stronger promise

@@ -358,7 +358,6 @@ class NumbaOptim(fold.NumbaThreads):
 
     backend = "cpu-numba"
     takes_pieces = True
-    WRITES = {"sgd": (0, 2), "adam": (0, 2, 3), "scale": (0,), "add": (2,)}
 
     def __init__(self, mode: str):
         self.numeric_mode = mode

@@ -284,7 +284,7 @@ class NumbaRng(NumbaThreads):
     """Philox blocks, uniform and normal draws and dropout on the CPU with numba (the family "rng")."""
 
     backend = "cpu-numba"
-    WRITES = {"philox_into": (3,), "uniform_into": (6,), "dropout_into": (7,), "normal_into": (6,)}
+    takes_pieces = False
 
     def __init__(self, mode: str):
         self.numeric_mode = mode  # every mode runs the identical kernels: they keep the stronger promise

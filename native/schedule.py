@@ -252,7 +252,7 @@ class NumbaSchedule(NumbaThreads):
     """Schedule values on the CPU with numba, parallel over blocks of 4096 steps."""
 
     backend = "cpu-numba"
-    WRITES = {"schedule_into": (6,)}  # argument positions each method writes
+    takes_pieces = False
 
     def __init__(self, mode: str):
         self.numeric_mode = mode

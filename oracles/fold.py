@@ -33,8 +33,9 @@ LANE_START = -0.0
 BUTTERFLY = (16, 8, 4, 2, 1)
 
 
-def _chunk_partial(ys: Sequence, add: Callable[[float, float], float],
-                   lanes: int, start: float, accumulate: Callable) -> float:
+def chunk_partial(ys: Sequence, add: Callable[[float, float], float],
+                  lanes: int, start: float, accumulate: Callable) -> float:
+    """One chunk's partial: `lanes` accumulators from `start`, then the butterfly (steps 2-3)."""
     acc = [start] * lanes
     for i, y in enumerate(ys):
         acc[i % lanes] = accumulate(acc[i % lanes], y)
@@ -67,7 +68,7 @@ def fold_tree(ys: Sequence, *, lanes: int = LANES, start: float = LANE_START,
     if len(ys) == 0:
         raise ValueError("fold needs at least one value")
     chunk = lanes * 32  # 32 steps per lane, as in the canonical tree
-    partials = [_chunk_partial(ys[c:c + chunk], add, lanes, start, accumulate or add)
+    partials = [chunk_partial(ys[c:c + chunk], add, lanes, start, accumulate or add)
                 for c in range(0, len(ys), chunk)]
     return pairwise(partials, add)
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from mojolike.core.families import FAMILIES
 from mojolike.native.c import build, selftest
 
 import mojolike
@@ -170,7 +171,7 @@ def test_the_kernels_details_carry_the_build_command_read_back_from_the_module()
     text = lambda f: module.ffi.string(f()).decode()
     compile_ = shlex.split(text(module.lib.mj_compile_command))
     assert compile_[1:1 + len(build.FLAGS["identical"])] == build.FLAGS["identical"]
-    for family in ("fold", "optim", "crmath", "loss", "schedule", "rng"):
+    for family in FAMILIES:
         d = mojolike.core.registry.kernels("test", family, "cpu-cffi", "identical").details
         assert d["build_command"] == text(module.lib.mj_build_command)
         assert d["build_command"].startswith(shlex.join(compile_) + " && ")

@@ -14,7 +14,7 @@ from conftest import available
 from mojolike.native.crmath import UNDECIDED
 from mojolike.oracles import crmath as oracle
 
-from mojolike.core import registry
+from mojolike.core import interfaces, registry
 
 BACKENDS = ("cpu-numba", "cpu-cffi", "cuda-sim")
 SIM_CALL = 300  # elements per cuda-sim call
@@ -248,4 +248,4 @@ def test_the_bits_do_not_depend_on_the_thread_count(backend):
 def test_the_kernels_report_their_backend_mode_and_what_they_write(backend):
     k = kernels(backend)
     assert (k.backend, k.numeric_mode) == (backend, "identical")
-    assert k.WRITES == {f"{f}_into": (1,) for f in FUNCS}
+    assert interfaces.writes("crmath") == {f"{f}_into": (1,) for f in FUNCS}

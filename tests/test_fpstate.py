@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from conftest import available
 from mojolike.oracles import codec, f32
+from mojolike.oracles.kernels import fold as _fold
 from mojolike.oracles.kernels import optim as _optim_oracle
 
 import mojolike
 from mojolike.core import fpstate
-from mojolike.ops import fold as _fold
 
 pytestmark = pytest.mark.skipif(not fpenv.supported(), reason="the fpenv helper needs x86-64 or aarch64")
 

@@ -120,6 +120,8 @@ def test_only_a_green_cuda_run_with_the_whole_device_record_is_marked_to_commit(
     from mojolike.cards import reference_path
 
     from mojolike.core import cardformat
+    # three suites in the three roles of the rule (green, no runtime recorded, failed), not the
+    # list of families: tests/test_families.py accepts this subset here and nowhere else
     md5 = {s: cardformat.read(reference_path(s)).md5 for s in ("fold", "optim", "loss")}
     device = {"device": "NVIDIA H200", "compute_capability": "9.0", "driver": "13.0",
               "runtime": "13.0"}

@@ -165,7 +165,7 @@ class MarkingKernels:
 
     backend, numeric_mode = "cpu-numba", "identical"
     details: dict = {}
-    WRITES = {"normal_into": (6,)}
+    takes_pieces = False
 
     def __init__(self, slots, miscount: int = 0):
         self._k = registry.kernels("test", "rng", "cpu-numba", "identical")

@@ -19,7 +19,7 @@ from mojolike.native.schedule import BLOCK, CONSTANT, COSINE, LINEAR, UNDECIDED
 from mojolike.oracles import schedule as oracle
 from mojolike.oracles.f32 import f32_to_bits
 
-from mojolike.core import registry
+from mojolike.core import interfaces, registry
 
 BACKENDS = ("cpu-numba", "cpu-cffi", "cuda-sim", "cuda")  # cuda: skipped without a GPU
 CPU = ("cpu-numba", "cpu-cffi")
@@ -308,4 +308,4 @@ def test_an_empty_out_writes_nothing(backend):
 def test_the_kernels_report_their_labels(backend):
     k = kernels(backend)
     assert (k.backend, k.numeric_mode) == (backend, "identical")
-    assert k.WRITES == {"schedule_into": (6,)}
+    assert interfaces.writes("schedule") == {"schedule_into": (6,)}

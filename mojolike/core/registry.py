@@ -29,6 +29,7 @@ import threading
 from dataclasses import dataclass
 
 from . import checks, fpstate
+from .families import loader
 from .refusals import BackendUnavailable, refuse
 
 BACKENDS = ("oracle", "cpu-numba", "cpu-cffi", "cuda", "cuda-sim")
@@ -43,45 +44,6 @@ _DESCRIPTIONS = {
     "cpu-cffi": "C through cffi, OpenMP where available",
     "cuda": "numba CUDA on an NVIDIA GPU",
     "cuda-sim": "the CUDA kernels under numba's CUDA simulator (slow; for CI)",
-}
-
-# (family, backend) -> "module:factory"; factory(mode) returns the family's kernels.
-_LOADERS = {
-    ("fold", "oracle"): "mojolike.ops.fold:oracle_kernels",
-    ("fold", "cpu-numba"): "mojolike.native.fold:load",
-    ("fold", "cpu-cffi"): "mojolike.native.c.fold:load",
-    ("fold", "cuda"): "mojolike.native.cuda.fold:load",
-    ("fold", "cuda-sim"): "mojolike.native.cuda.fold:load",
-    ("optim", "oracle"): "mojolike.oracles.kernels.optim:oracle_kernels",
-    ("optim", "cpu-numba"): "mojolike.native.optim:load",
-    ("optim", "cpu-cffi"): "mojolike.native.c.optim:load",
-    ("optim", "cuda"): "mojolike.native.cuda.optim:load",
-    ("optim", "cuda-sim"): "mojolike.native.cuda.optim:load",
-    ("crmath", "oracle"): "mojolike.ops.crmath:oracle_kernels",
-    ("crmath", "cpu-numba"): "mojolike.native.crmath:load",
-    ("crmath", "cpu-cffi"): "mojolike.native.c.crmath:load",
-    ("crmath", "cuda"): "mojolike.native.cuda.crmath:load",
-    ("crmath", "cuda-sim"): "mojolike.native.cuda.crmath:load",
-    ("loss", "oracle"): "mojolike.ops.loss:oracle_kernels",
-    ("loss", "cpu-numba"): "mojolike.native.loss:load",
-    ("loss", "cpu-cffi"): "mojolike.native.c.loss:load",
-    ("loss", "cuda"): "mojolike.native.cuda.loss:load",
-    ("loss", "cuda-sim"): "mojolike.native.cuda.loss:load",
-    ("schedule", "oracle"): "mojolike.ops.schedule:oracle_kernels",
-    ("schedule", "cpu-numba"): "mojolike.native.schedule:load",
-    ("schedule", "cpu-cffi"): "mojolike.native.c.schedule:load",
-    ("schedule", "cuda"): "mojolike.native.cuda.schedule:load",
-    ("schedule", "cuda-sim"): "mojolike.native.cuda.schedule:load",
-    ("rng", "oracle"): "mojolike.ops.rng:oracle_kernels",
-    ("rng", "cpu-numba"): "mojolike.native.rng:load",
-    ("rng", "cpu-cffi"): "mojolike.native.c.rng:load",
-    ("rng", "cuda"): "mojolike.native.cuda.rng:load",
-    ("rng", "cuda-sim"): "mojolike.native.cuda.rng:load",
-    ("layers", "oracle"): "mojolike.ops.layers:oracle_kernels",
-    ("layers", "cpu-numba"): "mojolike.native.layers:load",
-    ("layers", "cpu-cffi"): "mojolike.native.c.layers:load",
-    ("layers", "cuda"): "mojolike.native.cuda.layers:load",
-    ("layers", "cuda-sim"): "mojolike.native.cuda.layers:load",
 }
 
 
@@ -226,7 +188,7 @@ def kernels(entry: str, family: str, backend: str | None = None, numeric_mode: s
                     from ..native.cuda.simworker import proxy
                     k = proxy(family, mode)
                 else:
-                    module, factory = _LOADERS[(family, backend)].split(":")
+                    module, factory = loader(family, backend).split(":")
                     k = getattr(importlib.import_module(module), factory)(mode, backend=backend)
                 check_label(entry, k, backend, mode)
                 _loaded[key] = k

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..core import fallbacks
 from ..core.checks import as_f32, keywords, shape_of
-from ..core.registry import CONTRACT_MODE, kernels
+from ..core.registry import kernels
 from ..oracles import crmath as spec
 
 UNDECIDED = 0x7FA00DAD  # the kernels' mark for a slot the fast path could not decide
@@ -116,33 +116,3 @@ def cospif(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
     [0.0, -1.0, 0.7071067690849304, 0.0]
     """
     return _apply("cospif", x, backend, numeric_mode, unknown)
-
-
-class OracleCrmath:
-    """The oracle as a kernel set (it never leaves a slot undecided)."""
-
-    backend = "oracle"
-    numeric_mode = CONTRACT_MODE
-    details: dict = {}
-    WRITES = {"expf_into": (1,), "logf_into": (1,), "sinpif_into": (1,), "cospif_into": (1,)}
-
-    @staticmethod
-    def _into(fn, x, out) -> int:
-        out.view(np.uint32)[:] = [fn(u) for u in x.view(np.uint32).tolist()]
-        return 0
-
-    def expf_into(self, x, out) -> int:
-        return self._into(spec.expf_bits, x, out)
-
-    def logf_into(self, x, out) -> int:
-        return self._into(spec.logf_bits, x, out)
-
-    def sinpif_into(self, x, out) -> int:
-        return self._into(spec.sinpif_bits, x, out)
-
-    def cospif_into(self, x, out) -> int:
-        return self._into(spec.cospif_bits, x, out)
-
-
-def oracle_kernels(mode: str, backend: str = "oracle") -> OracleCrmath:
-    return OracleCrmath()

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core.checks import as_f32, keywords, shape_of
 from ..core.refusals import refuse
-from ..core.registry import CONTRACT_MODE, kernels
+from ..core.registry import kernels
 
 _OPTIONS = ("backend", "numeric_mode")
 
@@ -67,29 +67,3 @@ def dot(a, b, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
         refuse("mojolike.dot", "b", f"has shape {shape_b} but a has shape {shape_a}; "
                                     f"dot needs equal shapes")
     return kernels("mojolike.dot", "fold", backend, numeric_mode).dot(u, v)
-
-
-class OracleFold:
-    """The oracle as a kernel set: numpy buffers in, numpy.float32 out."""
-
-    backend = "oracle"
-    numeric_mode = CONTRACT_MODE
-    details: dict = {}
-
-    def __init__(self):
-        from ..oracles import codec
-        from ..oracles import fold as spec
-        self._spec, self._codec = spec, codec
-
-    def fold(self, x):
-        return self._codec.scalar(self._spec.fold(self._codec.decode(x)))
-
-    def sumsq(self, x):
-        return self._codec.scalar(self._spec.sumsq(self._codec.decode(x)))
-
-    def dot(self, a, b):
-        return self._codec.scalar(self._spec.dot(self._codec.decode(a), self._codec.decode(b)))
-
-
-def oracle_kernels(mode: str, backend: str = "oracle") -> OracleFold:
-    return OracleFold()

@@ -20,9 +20,6 @@ import numpy as np
 
 from ..core import checks, registry
 from ..core.refusals import refuse
-from ..oracles import codec, f32
-from ..oracles import layers as spec
-from ..oracles.fold import CHUNK, fold
 
 FAMILY = "layers"
 _OPTIONS = ("backend", "numeric_mode")
@@ -386,74 +383,3 @@ def mlp_inference_sessions(sessions, weight1, bias1, weight2, bias2, *, backend=
     out = np.empty((x.shape[0], w2.shape[0]), np.float32)
     k.gemm_nt(h, w2, b2, True, out)
     return out
-
-
-# -- the oracle as a kernel set ------------------------------------------------------------------
-def _decoded(a: np.ndarray) -> list[list[float]]:
-    return [codec.decode(r) for r in a.reshape(a.shape[0], -1)]
-
-
-class OracleLayers:
-    """The oracle as the layers family's kernels (pure Python, exact)."""
-
-    backend = "oracle"
-    numeric_mode = registry.CONTRACT_MODE
-    details: dict = {}
-    WRITES = {"gemm_nt": (4,), "gemm_nt_chunks": (2,), "row_chunk_folds": (1,), "col_fold": (3,),
-              "segment_fold": (4,), "rms_norm": (4,), "rms_norm_backward": (5, 6), "relu": (1,)}
-
-    def gemm_nt(self, a, b, bias, has_bias, out):
-        y = spec.linear(_decoded(a), _decoded(b), codec.decode(bias) if has_bias else None)
-        codec.store(out, [v for row in y for v in row])
-
-    def gemm_nt_chunks(self, a, b, out):
-        from ..oracles.fold import _chunk_partial
-        rows_a, rows_b = _decoded(a), _decoded(b)
-        vals = []
-        for c in range(out.shape[0]):
-            for ra in rows_a:
-                for rb in rows_b:
-                    ys = [f32.mul(p, q) for p, q in zip(ra[c * CHUNK:(c + 1) * CHUNK],
-                                                        rb[c * CHUNK:(c + 1) * CHUNK])]
-                    vals.append(_chunk_partial(ys, f32.add, 32, -0.0, f32.add))
-        codec.store(out, vals)
-
-    def row_chunk_folds(self, a, out):
-        from ..oracles.fold import _chunk_partial
-        vals = [_chunk_partial(r[c * CHUNK:(c + 1) * CHUNK], f32.add, 32, -0.0, f32.add)
-                for r in _decoded(a) for c in range(out.shape[1])]
-        codec.store(out, vals)
-
-    def col_fold(self, a, b, products, out):
-        ra, rb = _decoded(a), _decoded(b)
-        cols = [[f32.mul(x, y) if products else x for x, y in zip(pa, pb)] for pa, pb in zip(ra, rb)]
-        codec.store(out, [fold(list(c)) for c in zip(*cols)])
-
-    def segment_fold(self, dy, order, starts, rows, out):
-        g = _decoded(dy)
-        for s, v in enumerate(rows.tolist()):
-            used = [g[t] for t in order[starts[s]:starts[s + 1]].tolist()]
-            codec.store(out[v], [fold(list(c)) for c in zip(*used)])
-
-    def rms_norm(self, x, w, has_w, eps, y):
-        y_ = spec.rms_norm(_decoded(x), codec.decode(w) if has_w else None, codec.decode_scalar(eps))
-        codec.store(y, [v for row in y_ for v in row])
-
-    def rms_norm_backward(self, dy, x, w, has_w, eps, dx, h):
-        ep = codec.decode_scalar(eps)
-        xs = _decoded(x)
-        dx_, _ = spec.rms_norm_backward(_decoded(dy), xs, codec.decode(w) if has_w else None, ep)
-        codec.store(dx, [v for row in dx_ for v in row])
-        if has_w:
-            hs = []
-            for row in xs:
-                r = spec.rms_scale(row, ep)
-                hs += [f32.mul(v, r) for v in row]
-            codec.store(h, hs)
-
-    def relu(self, x, out):
-        codec.store(out, [spec.relu(v) for v in codec.decode(x)])
-
-
-def oracle_kernels(mode: str, backend: str = "oracle") -> OracleLayers:
-    return OracleLayers()

@@ -15,7 +15,7 @@ import numpy as np
 from ..core import checks, fallbacks, registry
 from ..core.checks import as_f32, shape_of
 from ..core.refusals import refuse
-from ..oracles import codec, f32
+from ..oracles import f32
 from ..oracles import loss as spec
 from .crmath import expf, logf
 from .fold import fold
@@ -212,28 +212,3 @@ def finish_rows(logits, targets, ignore_index, c1, c2, qt, smoothing, g, want_gr
         fallbacks.record("loss", "row", i, row_bits, finished=tuple(finished))
         status[i] = 0
     return redo.size
-
-
-class OracleLoss:
-    """The oracle as a kernel set (pure Python; it never leaves a row undecided)."""
-
-    backend = "oracle"
-    numeric_mode = registry.CONTRACT_MODE
-    details: dict = {}
-    WRITES = {"cross_entropy_into": (9, 10, 11)}
-
-    def cross_entropy_into(self, logits, targets, ignore_index, c1, c2, qt, smoothing, g, want_grad,
-                           grad, rows, status) -> int:
-        h = codec.decode_scalar
-        s = spec.LossScalars(h(c1), h(c2), h(qt), h(g), bool(smoothing))
-        losses, grads = spec.rows([codec.decode(r) for r in logits], targets.tolist(),
-                                  int(ignore_index), s, bool(want_grad))
-        codec.store(rows, losses)
-        if want_grad:
-            codec.store(grad, [v for row in grads for v in row])
-        status[:] = 0
-        return 0
-
-
-def oracle_kernels(mode: str, backend: str = "oracle") -> OracleLoss:
-    return OracleLoss()

@@ -7,7 +7,7 @@ word i mod 4 of Philox4x32-10 with counter (i div 4, s) and key seed, so a draw
 split into pieces with offsets gives the unsplit draw's bits, on every backend
 and thread count.
 
-Kernels (family "rng", every backend; the oracle's are `OracleRng`):
+Kernels (family "rng", every backend; declared by `mojolike.core.interfaces.rng.RngKernels`):
 
     philox_into(counters (n, 4) uint32, key0, key1, out (n, 4) uint32) -> None
     uniform_into(key0, key1, stream, offset, low, high, out) -> 0
@@ -36,7 +36,7 @@ import numpy as np
 from ..core import checks, fallbacks, registry
 from ..core.checks import as_f32, shape_of
 from ..core.refusals import refuse
-from ..oracles import codec, f32
+from ..oracles import f32
 from ..oracles import rng as spec
 from .crmath import UNDECIDED
 
@@ -481,42 +481,3 @@ def philox4x32_10(counter, key, *, backend=None, numeric_mode=None, **unknown) -
     out = np.empty_like(blocks)
     k.philox_into(blocks, int(kw[0]), int(kw[1]), out)
     return out.reshape(c.shape)
-
-
-class OracleRng:
-    """The oracle as a kernel set (pure Python). `rounds` other than 10 is for negative controls."""
-
-    backend = "oracle"
-    numeric_mode = registry.CONTRACT_MODE
-    details: dict = {}
-    WRITES = {"philox_into": (3,), "uniform_into": (6,), "dropout_into": (7,), "normal_into": (6,)}
-
-    def __init__(self, rounds: int = spec.ROUNDS):
-        self.rounds = rounds
-
-    def philox_into(self, counters, key0, key1, out) -> None:
-        for i, c in enumerate(counters.tolist()):
-            out[i] = spec.philox4x32_10(c, (int(key0), int(key1)), self.rounds)
-
-    def uniform_into(self, key0, key1, stream, offset, low, high, out) -> int:
-        ws = spec.words((int(key0), int(key1)), int(stream), int(offset), out.size, self.rounds)
-        lo, hi = codec.decode_scalar(low), codec.decode_scalar(high)
-        codec.store(out, [spec.uniform_value(w, lo, hi) for w in ws])
-        return 0
-
-    def normal_into(self, key0, key1, stream, offset, mean, std, out) -> int:
-        codec.store(out, spec.normal_values((int(key0), int(key1)), int(stream), int(offset),
-                                            out.size, codec.decode_scalar(mean),
-                                            codec.decode_scalar(std), self.rounds))
-        return 0
-
-    def dropout_into(self, x, key0, key1, stream, offset, p, scale, y) -> int:
-        ws = spec.words((int(key0), int(key1)), int(stream), int(offset), y.size, self.rounds)
-        p, scale = codec.decode_scalar(p), codec.decode_scalar(scale)
-        codec.store(y, [f32.mul(xi, scale if spec.kept(w, p) else 0.0)
-                        for xi, w in zip(codec.decode(x), ws)])
-        return 0
-
-
-def oracle_kernels(mode: str, backend: str = "oracle") -> OracleRng:
-    return OracleRng()

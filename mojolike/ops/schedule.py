@@ -21,7 +21,6 @@ import numpy as np
 from ..core import checks, fallbacks
 from ..core.refusals import Refusal, refuse
 from ..core.registry import CONTRACT_MODE, check_fp_state, kernels
-from ..oracles import codec
 from ..oracles import schedule as spec
 from ..oracles.f32 import f32_to_bits
 
@@ -254,26 +253,3 @@ class WarmupCosineLR(LRSchedule):
 
 
 _BY_KIND = {c.kind: c for c in (ConstantLR, WarmupLinearLR, WarmupCosineLR)}
-
-
-class OracleSchedule:
-    """The oracle as a kernel set (it never leaves a step undecided)."""
-
-    backend = "oracle"
-    numeric_mode = CONTRACT_MODE
-    details: dict = {}
-    WRITES = {"schedule_into": (6,)}
-
-    def schedule_into(self, kind, peak, min_lr, warmup, total, t0, out) -> int:
-        P, M, n = codec.decode_scalar(peak), codec.decode_scalar(min_lr), out.size
-        # past the warmup the constant schedule is P and the decays are M from T on:
-        # those steps need no oracle call
-        tail = warmup + 1 if kind == spec.CONSTANT else max(warmup + 1, total)
-        k = min(max(tail - t0, 0), n)
-        codec.store(out[:k], [spec.value(kind, P, M, warmup, total, t) for t in range(t0, t0 + k)])
-        codec.store(out[k:], [P if kind == spec.CONSTANT else M] * (n - k))
-        return 0
-
-
-def oracle_kernels(mode: str, backend: str = "oracle") -> OracleSchedule:
-    return OracleSchedule()

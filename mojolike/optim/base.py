@@ -98,7 +98,7 @@ class _Optimizer:
         self._k = registry.kernels(e, "optim", backend, numeric_mode)
         self.backend, self.numeric_mode = self._k.backend, self._k.numeric_mode
         self._reg = Registry(e, groups_.flat_params(params, groups, self._listed_groups),
-                             pieces=getattr(self._k, "takes_pieces", False))
+                             pieces=self._k.takes_pieces)
         self.param_groups = groups
         self._group_ids = [[id(p) for p in g["params"]] for g in groups]
         self._group_of = [k for k, g in enumerate(groups) for _ in g["params"]] \

@@ -52,7 +52,7 @@ def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=True, for
     m = checks.real32(e, "max_norm", max_norm, low=0.0)
     k = registry.kernels(e, "optim", backend, numeric_mode)
     # the gradients are the registry here: borrowed, or packed where the kernels take flat arrays only
-    reg = Registry(e, grads, pieces=getattr(k, "takes_pieces", False))
+    reg = Registry(e, grads, pieces=k.takes_pieces)
     reg.gather()
     total, coef = k.clip_coef(k.segment_sumsq(reg.tensors, reg.offsets), np.float32(m), CLIP_EPS)
     if not math.isfinite(float(total)):
@@ -92,7 +92,7 @@ def get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False, foreach=None,
     k = registry.kernels(e, "optim", backend, numeric_mode)
     items, listed = as_list(e, "grads", grads, none=True)
     present = [g for g in items if g is not None]
-    reg = Registry(e, present if listed else present[0], pieces=getattr(k, "takes_pieces", False))
+    reg = Registry(e, present if listed else present[0], pieces=k.takes_pieces)
     reg.gather()
     total, _ = k.clip_coef(k.segment_sumsq(reg.tensors, reg.offsets), np.float32(1.0), CLIP_EPS)
     if strict and not math.isfinite(float(total)):

@@ -61,7 +61,7 @@ def _segments(entry: str, grads, k, *, writable: bool = False) -> tuple:
     flat = views[0] if len(views) == 1 else end_to_end(views)
     if flat is not None and (not writable or flat.flags.writeable):
         return flat, offsets, None
-    if getattr(k, "takes_pieces", False):
+    if k.takes_pieces:
         return Pieces(views, offsets), offsets, None
     return np.concatenate(views), offsets, views
 

@@ -72,10 +72,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...core.families import FAMILIES  # the C sources are concatenated in this order
 from ...core.refusals import BackendUnavailable
 
 HERE = Path(__file__).resolve().parent
-FAMILIES = ("fold", "optim", "crmath", "loss", "schedule", "rng", "layers")
 SELFTEST = "selftest"  # appended after the families: it calls fold.c's kernels
 
 # The contract. Order matters: later flags win, and -ffp-contract=off must follow -O3.

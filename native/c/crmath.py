@@ -54,7 +54,7 @@ UNDECIDED = cpu.UNDECIDED
 class CffiCrmath(CffiFold):
     """expf/logf/sinpif/cospif in C, OpenMP over blocks of elements; out written, x only read."""
 
-    WRITES = {"expf_into": (1,), "logf_into": (1,), "sinpif_into": (1,), "cospif_into": (1,)}
+    takes_pieces = False
 
     def __init__(self, mode: str):
         super().__init__(mode)

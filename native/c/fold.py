@@ -17,6 +17,8 @@ from . import build
 class CffiFold:
     """fold/sumsq/dot in C, OpenMP over chunks; bits independent of the thread count."""
 
+    takes_pieces = False
+
     backend = "cpu-cffi"
 
     def __init__(self, mode: str):

@@ -34,8 +34,7 @@ class CffiLayers(CffiFold):
     All arrays are C-contiguous float32 (int64 for indices); 2-D arrays as (rows, cols).
     """
 
-    WRITES = {"gemm_nt": (4,), "gemm_nt_chunks": (2,), "row_chunk_folds": (1,), "col_fold": (3,),
-              "segment_fold": (4,), "rms_norm": (4,), "rms_norm_backward": (5, 6), "relu": (1,)}
+    takes_pieces = False
 
     def __init__(self, mode: str):
         super().__init__(mode)

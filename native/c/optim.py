@@ -24,7 +24,6 @@ class CffiOptim(CffiFold):
     store that into g only with write_back."""
 
     takes_pieces = True
-    WRITES = {"sgd": (0, 2), "adam": (0, 2, 3), "scale": (0,), "add": (2,)}
 
     def new_state(self, n: int):
         return np.zeros(n, np.float32)

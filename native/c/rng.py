@@ -30,7 +30,7 @@ from .fold import CffiFold
 class CffiRng(CffiFold):
     """Philox blocks, uniform and normal draws and dropout in C (the interface of native/rng.py's NumbaRng)."""
 
-    WRITES = {"philox_into": (3,), "uniform_into": (6,), "dropout_into": (7,), "normal_into": (6,)}
+    takes_pieces = False
 
     def __init__(self, mode: str):
         super().__init__(mode)

@@ -37,7 +37,7 @@ UNDECIDED = cpu.UNDECIDED
 class CffiSchedule(CffiFold):
     """Schedule values in C, OpenMP over blocks of steps; out written."""
 
-    WRITES = {"schedule_into": (6,)}
+    takes_pieces = False
 
     def __init__(self, mode: str):
         super().__init__(mode)

@@ -109,8 +109,7 @@ KERNELS = {
 class CudaCrmath:
     """expf/logf/sinpif/cospif on an NVIDIA GPU (or the simulator); x and out are flat float32 numpy arrays."""
 
-    WRITES = {"expf_into": (1,), "logf_into": (1,), "sinpif_into": (1,),
-              "cospif_into": (1,)}  # argument positions each method writes
+    takes_pieces = False
 
     def __init__(self, mode: str):
         self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"

@@ -90,6 +90,8 @@ def _device_details() -> dict:
 class CudaFold:
     """fold/sumsq/dot on an NVIDIA GPU (or the simulator). Inputs travel to the device per call."""
 
+    takes_pieces = False
+
     def __init__(self, mode: str):
         self.backend = "cuda-sim" if SIMULATOR else "cuda"
         # Every mode runs the rn kernels: they already keep the strongest promise.

@@ -357,8 +357,7 @@ class CudaLayers:
     native/layers.py. numpy arguments travel to the device per call (and back when written);
     device arrays stay where they are."""
 
-    WRITES = {"gemm_nt": (4,), "gemm_nt_chunks": (2,), "row_chunk_folds": (1,), "col_fold": (3,),
-              "segment_fold": (4,), "rms_norm": (4,), "rms_norm_backward": (5, 6), "relu": (1,)}
+    takes_pieces = False
 
     def __init__(self, mode: str):
         self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"

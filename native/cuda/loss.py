@@ -182,7 +182,7 @@ KERNELS = {
 class CudaLoss:
     """Cross-entropy on an NVIDIA GPU (or the simulator); numpy arguments travel per call."""
 
-    WRITES = {"cross_entropy_into": (9, 10, 11)}  # argument positions the method writes
+    takes_pieces = False
 
     def __init__(self, mode: str):
         self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"

@@ -27,6 +27,7 @@ import types as pytypes
 import numpy as np
 from numba import boolean, cuda, float32, int32, int64, void
 
+from ...core.interfaces import writes
 from ...oracles.fold import LANES
 from .. import optim as cpu
 from . import prims
@@ -154,9 +155,10 @@ class CudaOptim:
 
     device_resident = True  # parameters may stay on the device (params_to_device)
 
-    # argument positions each kernel writes (numpy arguments are copied back after it)
-    WRITES = {"sgd": (0, 2), "adam": (0, 2, 3), "scale": (0,), "add": (2,), "finite": (1,),
-              "norm_squares": (1,), "clip_finish": (3,)}
+    takes_pieces = False  # flat arrays only: see the module docstring
+    # argument positions each kernel writes (numpy arguments are copied back after it): the
+    # interface's, and those of the internal kernels behind all_finite and clip_coef
+    _WRITES = {**writes("optim"), "finite": (1,), "norm_squares": (1,), "clip_finish": (3,)}
 
     def __init__(self, mode: str):
         self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"
@@ -169,9 +171,9 @@ class CudaOptim:
         return cuda.to_device(np.zeros(n, np.float32))
 
     def _run(self, name: str, n: int, *args, also=()):
-        """Launch kernel `name` over n elements; numpy arguments at WRITES[name] and `also`
+        """Launch kernel `name` over n elements; numpy arguments at _WRITES[name] and `also`
         are copied back after it."""
-        writes = self.WRITES.get(name, ()) + tuple(also)
+        writes = self._WRITES.get(name, ()) + tuple(also)
         dev, back = [], []
         for i, a in enumerate(args):
             if isinstance(a, np.ndarray):

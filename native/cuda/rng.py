@@ -181,7 +181,7 @@ INTEGER_KERNELS = {
 class CudaRng:
     """Philox blocks, uniform and normal draws and dropout on an NVIDIA GPU (or the simulator)."""
 
-    WRITES = {"philox_into": (3,), "uniform_into": (6,), "dropout_into": (7,), "normal_into": (6,)}
+    takes_pieces = False
 
     def __init__(self, mode: str):
         self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"

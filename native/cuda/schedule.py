@@ -79,7 +79,7 @@ KERNELS = {
 class CudaSchedule:
     """Schedule values on an NVIDIA GPU (or the simulator); out is a flat float32 numpy array."""
 
-    WRITES = {"schedule_into": (6,)}  # argument positions each method writes
+    takes_pieces = False
 
     def __init__(self, mode: str):
         self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"

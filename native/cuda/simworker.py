@@ -22,6 +22,8 @@ import threading
 
 import numpy as np
 
+from ...core import interfaces
+
 
 def _frame(payload: bytes) -> bytes:
     return struct.pack("<Q", len(payload)) + payload
@@ -132,8 +134,9 @@ def _decode_args(spec, arrays) -> list:
 class SimProxy:
     """Forwards a family's kernel calls to the simulator process.
 
-    Arguments a kernel writes (its WRITES table) come back and are copied into the
-    caller's arrays, so in-place semantics hold across the process boundary.
+    The arguments a method writes, as the family's interface declares them
+    (`mojolike.core.interfaces.written`), come back and are copied into the caller's
+    arrays, so in-place semantics hold across the process boundary.
     """
 
     def __init__(self, family: str, mode: str):
@@ -141,8 +144,13 @@ class SimProxy:
         head, _ = _get_worker().call({"family": family, "mode": mode, "method": None, "args": []})
         self.backend, self.numeric_mode = head["backend"], head["numeric_mode"]
         self.details = dict(head["details"], process="worker")
+        self.takes_pieces = head["takes_pieces"]  # False on CUDA: pieces cannot cross processes
         self._methods = frozenset(head["methods"])
-        self.WRITES = {k: tuple(v) for k, v in head["writes"].items()}
+
+    @property
+    def writes(self) -> dict[str, tuple[int, ...]]:
+        """method -> the argument positions copied back after every call (the interface's)."""
+        return interfaces.writes(self._family)
 
     @staticmethod
     def new_state(n: int) -> np.ndarray:
@@ -154,11 +162,13 @@ class SimProxy:
 
         def call(*args, **kwargs):
             spec, arrays = _encode_args(list(args) + list(kwargs.values()))
+            index = interfaces.written(self._family, method, kwargs)
             head, out = _get_worker().call(
                 {"family": self._family, "mode": self._mode, "method": method,
-                 "args": spec[:len(args)], "kwargs": dict(zip(kwargs, spec[len(args):]))}, arrays)
+                 "args": spec[:len(args)], "kwargs": dict(zip(kwargs, spec[len(args):])),
+                 "written": index}, arrays)
             nres = head["nresults"]
-            for i, a in zip(head["written"], out[nres:]):
+            for i, a in zip(index, out[nres:]):
                 np.copyto(args[i], a)
             res = [o[()] if o.ndim == 0 else o for o in out[:nres]]
             if head["result"] == "none":
@@ -184,14 +194,11 @@ def serve(inp, out) -> None:
             result = None if head["method"] is None else getattr(k, head["method"])(*args, **kwargs)
             kind = "none" if result is None else "tuple" if isinstance(result, tuple) else "one"
             results = [] if result is None else list(result) if kind == "tuple" else [result]
-            writes = getattr(k, "WRITES", {})
-            # the positions WRITES names, and with write_back=True the gradient (sgd, adam: 1)
-            index = tuple(writes.get(head["method"], ())) + ((1,) if kwargs.get("write_back") else ())
-            written = [args[i] for i in index]
+            written = [args[i] for i in head.get("written", ())]  # the positions the proxy named
             methods = [m for m in dir(k) if not m.startswith("_") and callable(getattr(k, m))]
             _send(out, {"ok": True, "backend": k.backend, "numeric_mode": k.numeric_mode,
-                        "details": k.details, "methods": methods, "writes": writes,
-                        "result": kind, "nresults": len(results), "written": index},
+                        "details": k.details, "takes_pieces": k.takes_pieces, "methods": methods,
+                        "result": kind, "nresults": len(results)},
                   [np.asarray(r) for r in results] + [np.asarray(w) for w in written])
         except Refusal as e:
             _send(out, {"ok": False, "type": type(e).__name__, "entry_point": e.entry_point,

@@ -25,31 +25,32 @@ class OracleOptim:
     backend = "oracle"
     numeric_mode = registry.CONTRACT_MODE
     details: dict = {}
-    WRITES = {"sgd": (0, 2), "adam": (0, 2, 3), "scale": (0,), "add": (2,)}
+    takes_pieces = False
 
     @staticmethod
     def new_state(n: int):
         return np.zeros(n, np.float32)
 
-    def sgd(self, p, g, b, first, lr, momentum, omd, wd, use_m, use_d, nesterov, maximize, *,
-            grad_scale=None, write_back=False):
+    def sgd(self, p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay,
+            nesterov, maximize, *, grad_scale=None, write_back=False):
         """One SGD pass reading each gradient as g * grad_scale (one rounding, first); with
         write_back the scaled gradient is stored into g, else g is left as it was."""
         h = codec.decode_scalar
-        s = spec.SGDScalars(h(lr), h(momentum), h(omd), h(wd), bool(use_m), bool(use_d),
-                            bool(nesterov), bool(maximize))
+        s = spec.SGDScalars(h(lr), h(momentum), h(one_minus_damp), h(wd), bool(use_momentum),
+                            bool(use_decay), bool(nesterov), bool(maximize))
         gs = _scaled(g, grad_scale)
-        bs = codec.decode(b) if use_m else [0.0] * p.size  # without momentum b is a placeholder
+        bs = codec.decode(b) if use_momentum else [0.0] * p.size  # without momentum b is a placeholder
         out = [spec.sgd_elem(x, y, z, bool(first), s) for x, y, z in zip(codec.decode(p), gs, bs)]
         codec.store(p, [o[0] for o in out])
-        if use_m:
+        if use_momentum:
             codec.store(b, [o[1] for o in out])
         if write_back:
             codec.store(g, gs)
 
-    def adam(self, p, g, m, v, *a, grad_scale=None, write_back=False):
+    def adam(self, p, g, m, v, *scalars_and_flags, grad_scale=None, write_back=False):
         """One Adam pass reading each gradient as g * grad_scale (one rounding, first); with
         write_back the scaled gradient is stored into g, else g is left as it was."""
+        a = scalars_and_flags
         s = spec.AdamScalars(*map(codec.decode_scalar, a[:9]), *map(bool, a[9:]))
         gs = _scaled(g, grad_scale)
         out = [spec.adam_elem(w, x, y, z, s) for w, x, y, z in zip(
@@ -102,5 +103,5 @@ def _or_identity(total, cells: list[float]) -> float:
     return total(cells) if cells else -0.0
 
 
-def oracle_kernels(mode: str, backend: str = "oracle") -> OracleOptim:
+def load(mode: str, backend: str = "oracle") -> OracleOptim:
     return OracleOptim()
