@@ -172,7 +172,7 @@ def clause_invariance(k) -> tuple[str, str]:
         a = trajectory(case.config, case.params, case.grads, k.backend, layout="list")
         b = trajectory(case.config, case.params, case.grads, k.backend, layout="arena")
         ok &= _same(a, b)
-        how = "pieces" if getattr(k, "takes_pieces", False) else "packed"
+        how = "pieces" if k.takes_pieces else "packed"
         notes.append(f"{cid}: separate arrays ({how}) {'==' if _same(a, b) else '!='} arena views")
     if not hasattr(k, "set_num_threads"):
         notes.append(f"{k.backend} has no host thread count")

@@ -137,7 +137,7 @@ def cells(rng, n: int) -> np.ndarray:
 
 def operand(k, arrays_: list[np.ndarray]):
     """Tensors as the backend's kernels take them: pieces where they can, else one flat copy."""
-    if getattr(k, "takes_pieces", False):
+    if k.takes_pieces:
         return Pieces(arrays_, np.concatenate([[0], np.cumsum([a.size for a in arrays_])]).astype(np.int64))
     return np.concatenate(arrays_)
 
