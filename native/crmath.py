@@ -12,9 +12,11 @@ the primitives dadd/dsub/dmul/narrow/widen; `native/cuda/crmath.py` compiles the
 same source with libdevice `d*_rn`, and the C kernels in `native/c/crmath.c` are
 the second spelling. The tables and coefficients come from
 `oracles/crmath.kernel_tables()`, each entry the binary64 value nearest its exact
-value. sin(pi x) and cos(pi x) reduce |x| = n/2 + r exactly (|r| <= 1/4) and
-evaluate both Taylor polynomials, sin(pi r) and cos(pi r), for every element, so
-that the first pass over a block has no branch and vectorizes; n mod 4 selects.
+value. sin(pi x) and cos(pi x) share their pieces, as the C side does: `pi_reduce`
+writes |x| = n/2 + r exactly (|r| <= 1/4), `pi_sc` evaluates both Taylor
+polynomials, sin(pi r) and cos(pi r), for every element, so that the first pass
+over a block has no branch and vectorizes, n mod 4 selects, and `pi_round` is
+the rounding test.
 
 Reproducibility: elementwise, so the thread count cannot reach the bits; the
 decided result is the exact value rounded, so it cannot depend on the backend.
@@ -32,12 +34,11 @@ from operator import add as dadd
 from operator import mul as dmul
 from operator import sub as dsub
 
-import numba
 import numpy as np
 from numba import float32, int64, njit, prange, types, uint32
 
 from ..oracles import crmath as oracle
-from .fold import NumbaThreads
+from .base import NumbaBase
 
 narrow = np.float32  # binary64 -> binary32, round to nearest even
 widen = np.float64  # exact
@@ -171,18 +172,18 @@ def log_elem(u):
     return a, a == b
 
 
-def sinpi_elem(x):
-    """(a, decided): a = binary32 sin(pi x) when decided, for finite |x| <= 2^24."""
-    xd = widen(x)
-    sg = MINUS_ONE if xd < ZERO else ONE  # sin(pi x) is odd; -0 keeps sg = 1 (and r = -0)
-    ax = dmul(xd, sg)  # |x|, exact
+def pi_reduce(ax):
+    """(n, r): |x| = n/2 + r exactly with |r| <= 1/4, for ax = |x| <= 2^24 (C: mj_pi_reduce)."""
     t = dadd(ax, ax)  # exact
     t = dadd(t, SHIFTER)
     nd = dsub(t, SHIFTER)  # n = round(2|x|), ties to even
-    n = int(nd)
-    r = dsub(ax, dmul(nd, HALF))  # exact: |x| = n/2 + r, |r| <= 1/4
-    r2 = dmul(r, r)
-    # s = sin(pi r) = r (S0 + r2 (S1 + r2 (S2 + ... + r2 S8)))
+    r = dsub(ax, dmul(nd, HALF))  # exact
+    return int(nd), r
+
+
+def pi_sc(r, r2):
+    """(sin(pi r), cos(pi r)) by their Taylor polynomials, r2 = r * r (C: mj_pi_sc)."""
+    # s = r (S0 + r2 (S1 + r2 (S2 + ... + r2 S8)))
     h = dmul(r2, S8)
     h = dadd(h, S7)
     h = dmul(r2, h)
@@ -200,7 +201,7 @@ def sinpi_elem(x):
     h = dmul(r2, h)
     h = dadd(h, S0)
     s = dmul(r, h)
-    # c = cos(pi r) = 1 + r2 (C1 + r2 (C2 + ... + r2 C8))
+    # c = 1 + r2 (C1 + r2 (C2 + ... + r2 C8))
     g = dmul(r2, C8)
     g = dadd(g, C7)
     g = dmul(r2, g)
@@ -217,11 +218,11 @@ def sinpi_elem(x):
     g = dadd(g, C1)
     g = dmul(r2, g)
     c = dadd(g, ONE)
-    # sin(pi (n/2 + r)) = s, c, -s, -c for n = 0, 1, 2, 3 mod 4; 0 - v negates exactly
-    # and turns the +0 of an integer x into +0, so that the sign of x alone signs a zero
-    v = c if n & 1 else s
-    v = dsub(ZERO, v) if n & 2 else v
-    y = dmul(v, sg)
+    return s, c
+
+
+def pi_round(y):
+    """(a, decided): the rounding test of sinpi and cospi (C: mj_pi_round)."""
     eb = dmul(y, ERR)
     eb = eb if eb > ZERO else dsub(ZERO, eb)  # |eb|, +0 for a zero y
     a = narrow(dsub(y, eb))
@@ -229,59 +230,43 @@ def sinpi_elem(x):
     return a, a == b
 
 
+def sinpi_elem(x):
+    """(a, decided): a = binary32 sin(pi x) when decided, for finite |x| <= 2^24."""
+    xd = widen(x)
+    sg = MINUS_ONE if xd < ZERO else ONE  # sin(pi x) is odd; -0 keeps sg = 1 (and r = -0)
+    ax = dmul(xd, sg)  # |x|, exact
+    n, r = pi_reduce(ax)
+    r2 = dmul(r, r)
+    s, c = pi_sc(r, r2)
+    # sin(pi (n/2 + r)) = s, c, -s, -c for n = 0, 1, 2, 3 mod 4; 0 - v negates exactly
+    # and turns the +0 of an integer x into +0, so that the sign of x alone signs a zero
+    v = c if n & 1 else s
+    v = dsub(ZERO, v) if n & 2 else v
+    y = dmul(v, sg)
+    return pi_round(y)
+
+
 def cospi_elem(x):
     """(a, decided): a = binary32 cos(pi x) when decided, for finite |x| <= 2^24."""
     xd = widen(x)
     sg = MINUS_ONE if xd < ZERO else ONE  # cos(pi x) is even
     ax = dmul(xd, sg)  # |x|, exact
-    t = dadd(ax, ax)  # exact
-    t = dadd(t, SHIFTER)
-    nd = dsub(t, SHIFTER)  # n = round(2|x|), ties to even
-    n = int(nd)
-    r = dsub(ax, dmul(nd, HALF))  # exact: |x| = n/2 + r, |r| <= 1/4
+    n, r = pi_reduce(ax)
     r2 = dmul(r, r)
-    h = dmul(r2, S8)
-    h = dadd(h, S7)
-    h = dmul(r2, h)
-    h = dadd(h, S6)
-    h = dmul(r2, h)
-    h = dadd(h, S5)
-    h = dmul(r2, h)
-    h = dadd(h, S4)
-    h = dmul(r2, h)
-    h = dadd(h, S3)
-    h = dmul(r2, h)
-    h = dadd(h, S2)
-    h = dmul(r2, h)
-    h = dadd(h, S1)
-    h = dmul(r2, h)
-    h = dadd(h, S0)
-    s = dmul(r, h)
-    g = dmul(r2, C8)
-    g = dadd(g, C7)
-    g = dmul(r2, g)
-    g = dadd(g, C6)
-    g = dmul(r2, g)
-    g = dadd(g, C5)
-    g = dmul(r2, g)
-    g = dadd(g, C4)
-    g = dmul(r2, g)
-    g = dadd(g, C3)
-    g = dmul(r2, g)
-    g = dadd(g, C2)
-    g = dmul(r2, g)
-    g = dadd(g, C1)
-    g = dmul(r2, g)
-    c = dadd(g, ONE)
+    s, c = pi_sc(r, r2)
     # cos(pi (n/2 + r)) = c, -s, -c, s for n = 0, 1, 2, 3 mod 4 (never -0: s = +0 at r = 0)
     v = s if n & 1 else c
     y = dsub(ZERO, v) if (n + 1) & 2 else v
-    eb = dmul(y, ERR)
-    eb = eb if eb > ZERO else dsub(ZERO, eb)
-    a = narrow(dsub(y, eb))
-    b = narrow(dadd(y, eb))
-    return a, a == b
+    return pi_round(y)
 
+
+# sinpi_elem and cospi_elem call the pieces by these names; native/cuda/crmath.py binds them
+# to its own compilations of the same source
+PI_PIECES = ("pi_reduce", "pi_sc", "pi_round")
+PI_PY = {name: globals()[name] for name in PI_PIECES}  # the plain Python sources
+for _name in PI_PIECES:  # the CPU versions: the module globals become dispatchers, inlined
+    globals()[_name] = njit(inline="always", error_model="numpy")(PI_PY[_name])
+del _name
 
 _exp_elem = njit(inline="always", error_model="numpy")(exp_elem)
 _log_elem = njit(inline="always", error_model="numpy")(log_elem)
@@ -505,15 +490,10 @@ HOT_KERNELS_AVX2 = {"crmath._expf": (_expf, ("mulpd", "addpd")),
                     "crmath._logf": (_logf, ("mulpd", "addpd"))}
 
 
-class NumbaCrmath(NumbaThreads):
+class NumbaCrmath(NumbaBase):
     """expf/logf/sinpif/cospif on the CPU with numba, parallel over blocks of 4096 elements."""
 
-    backend = "cpu-numba"
     takes_pieces = False
-
-    def __init__(self, mode: str):
-        self.numeric_mode = mode
-        self.details = {"numba": numba.__version__, "threads": numba.get_num_threads()}
 
     def expf_into(self, x, out) -> int:
         """Write expf(x) into out; returns the number of UNDECIDED slots.

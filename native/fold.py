@@ -34,8 +34,9 @@ from numba.core.extending import intrinsic
 
 from ..core.pieces import table
 from ..oracles.fold import CHUNK, LANES
+from .base import NumbaBase
 from .simd import WIDTH, vadd, vbutterfly, vload, vmul, vsplat
-from .threads import Twin, num_threads
+from .threads import Twin
 
 NEG_ZERO = np.float32(-0.0)
 GROUP = 16  # chunks per parallel task: amortizes the lane array over 16 KiB of input
@@ -208,32 +209,14 @@ def segment_sumsq(x, offsets) -> np.ndarray:
     return out
 
 
-class NumbaThreads:
-    """The thread count of numba kernels (the thread clauses vary it; the bits must not)."""
-
-    @staticmethod
-    def set_num_threads(n: int) -> None:
-        numba.set_num_threads(n)
-
-    @staticmethod
-    def get_num_threads() -> int:
-        return num_threads()
-
-    @staticmethod
-    def max_threads() -> int:
-        return numba.config.NUMBA_NUM_THREADS
-
-
-class NumbaFold(NumbaThreads):
+class NumbaFold(NumbaBase):
     """fold/sumsq/dot on the CPU with numba; bits independent of the thread count."""
 
-    backend = "cpu-numba"
     takes_pieces = False
 
     def __init__(self, mode: str):
-        self.numeric_mode = mode
-        self.details = {"numba": numba.__version__, "threads": num_threads(),
-                        "kernels": "vendor (numpy)" if mode == "fast" else "fold tree"}
+        super().__init__(mode)
+        self.details["kernels"] = "vendor (numpy)" if mode == "fast" else "fold tree"
 
     def fold(self, x):
         if self.numeric_mode == "fast":

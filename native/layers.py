@@ -37,7 +37,8 @@ from llvmlite import ir
 from numba import boolean, float32, int64, njit, prange, types, void
 from numba.core.extending import intrinsic
 
-from .fold import NEG_ZERO, NumbaThreads
+from .base import NumbaBase
+from .fold import NEG_ZERO
 from .simd import vadd, vbutterfly, vload, vmul, vsplat, vstore
 from .threads import Twin, num_threads
 
@@ -505,7 +506,7 @@ rms_norm_kernel, rms_norm_backward_kernel = Twin(_rms_norm), Twin(_rms_norm_back
 row_chunk_folds_kernel, relu_kernel = Twin(_row_chunk_folds), Twin(_relu)
 
 
-class NumbaLayers(NumbaThreads):
+class NumbaLayers(NumbaBase):
     """The layers family's kernels on the CPU with numba (the interface of contracts/layers.md).
 
     All arrays are C-contiguous float32 (int64 for indices); 2-D arrays as (rows, cols).

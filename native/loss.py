@@ -44,7 +44,7 @@ import numba
 import numpy as np
 from numba import boolean, float32, int32, int64, njit, prange, types
 
-from . import fold
+from .base import NumbaBase
 from .crmath import EXP_TINY, _exp_elem, _log_elem
 from .fold import NEG_ZERO, _butterfly, _chunk_fold, _pairwise
 from .simd import WIDTH, vadd, vbutterfly, vdiv, vload, vmax, vmul, vsplat, vstore, vsub
@@ -196,7 +196,7 @@ HOT_KERNELS = {"loss._cross_entropy": (_cross_entropy, ("maxps", "addps", "subps
 HOT_KERNELS_AVX2 = {"loss._cross_entropy": (_cross_entropy, ("mulpd", "addpd"))}
 
 
-class NumbaLoss(fold.NumbaThreads):
+class NumbaLoss(NumbaBase):
     """Cross-entropy on the CPU with numba, parallel over rows (see `cross_entropy_into`)."""
 
     backend = "cpu-numba"

@@ -41,20 +41,20 @@ array([0.95], dtype=float32)
 from __future__ import annotations
 
 import math
-import types as pytypes
 from operator import add, mul, sub
 from operator import truediv as div
 
-import numba
 import numpy as np
 from numba import boolean, float32, njit, prange, types, void
 
 from ..core.pieces import operands, table
 from ..oracles.fold import CHUNK, LANES
 from . import fold
+from .base import NumbaBase
 from .fold import I64, IN, NEG_ZERO, at
 from .simd import WIDTH, vadd, vbutterfly, vdiv, vlane, vload, vmul, vsplat, vsqrt, vstore, vsub
-from .threads import Twin, num_threads
+from .retarget import retarget
+from .threads import Twin
 
 sqrt = math.sqrt  # numba lowers math.sqrt of a float32 to the IEEE sqrtss instruction
 PRIMITIVES = ("add", "sub", "mul", "div", "sqrt")
@@ -107,9 +107,7 @@ def adam_elem(p, g, m, v, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2, ste
 def vectorized(fn):
     """`fn` with the primitives bound to native/simd.py's vector operations: its float
     arguments are then vectors (scalars splat), and each lane is fn on that lane."""
-    env = dict(fn.__globals__, add=vadd, sub=vsub, mul=vmul, div=vdiv, sqrt=vsqrt)
-    return njit(**_INLINE)(pytypes.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__,
-                                                fn.__closure__))
+    return retarget(fn, njit(**_INLINE), add=vadd, sub=vsub, mul=vmul, div=vdiv, sqrt=vsqrt)
 
 
 _sgd_elem = njit(**_INLINE)(sgd_elem)
@@ -352,16 +350,11 @@ sgd_kernel, adam_kernel, scale_kernel, add_kernel = Twin(_sgd), Twin(_adam), Twi
 all_finite_kernel, segment_sums_kernel = Twin(_all_finite), Twin(_segment_sums)
 
 
-class NumbaOptim(fold.NumbaThreads):
+class NumbaOptim(NumbaBase):
     """Optimizer kernels on the CPU with numba, updated in place. The parameters and
     gradients may be flat float32 arrays or pieces (`takes_pieces`, mojolike.optim.params.Pieces); the state is flat."""
 
-    backend = "cpu-numba"
     takes_pieces = True
-
-    def __init__(self, mode: str):
-        self.numeric_mode = mode
-        self.details = {"numba": numba.__version__, "threads": num_threads()}
 
     def new_state(self, n: int):
         return np.zeros(n, np.float32)

@@ -45,7 +45,7 @@ from numba import float32, int64, njit, prange, types, uint32, uint64, void
 
 from ..oracles import rng as oracle
 from . import crmath
-from .fold import NumbaThreads
+from .base import NumbaBase
 
 sqrt = math.sqrt  # numba lowers math.sqrt of a float32 to the IEEE sqrtss instruction
 PRIMITIVES = ("add", "mul", "sqrt")
@@ -280,7 +280,7 @@ def _normal(k0, k1, stream, offset, mean, std, out, ob):
     return undecided + counts.sum()  # integers: the order cannot matter
 
 
-class NumbaRng(NumbaThreads):
+class NumbaRng(NumbaBase):
     """Philox blocks, uniform and normal draws and dropout on the CPU with numba (the family "rng")."""
 
     backend = "cpu-numba"

@@ -54,7 +54,7 @@ import numpy as np
 from numba import float32, int64, njit, prange
 
 from ..oracles import schedule as oracle
-from .fold import NumbaThreads
+from .base import NumbaBase
 
 narrow = np.float32  # binary64 -> binary32, round to nearest even
 widen = np.float64  # exact (binary32 values, and integers up to 2^53)
@@ -248,7 +248,7 @@ def _rate(x) -> np.float32:
     return np.float32(x) + np.float32(0.0)
 
 
-class NumbaSchedule(NumbaThreads):
+class NumbaSchedule(NumbaBase):
     """Schedule values on the CPU with numba, parallel over blocks of 4096 steps."""
 
     backend = "cpu-numba"

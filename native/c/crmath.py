@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import crmath as cpu
-from .fold import CffiFold
+from .base import CffiBase
 
 # mj_crmath_tab field -> the native/crmath.py global it is filled from
 _FIELDS = {
@@ -51,7 +51,7 @@ _TABLES = {"exp2_32": "EXP2_32", "pow2": "POW2", "log_inv": "LOG_INV", "log_hi":
 UNDECIDED = cpu.UNDECIDED
 
 
-class CffiCrmath(CffiFold):
+class CffiCrmath(CffiBase):
     """expf/logf/sinpif/cospif in C, OpenMP over blocks of elements; out written, x only read."""
 
     takes_pieces = False

@@ -20,12 +20,13 @@ the bits.
 """
 from __future__ import annotations
 
-from ..loss import INT64_MAX, INT64_MIN
+from ..calls import LossCalls
+from .base import CffiBase
 from .crmath import CffiCrmath
-from .fold import CffiFold
 
-class CffiLoss(CffiFold):
-    """Cross-entropy in C, OpenMP over rows (the interface of native/loss.py's NumbaLoss)."""
+
+class CffiLoss(LossCalls, CffiBase):
+    """Cross-entropy in C, OpenMP over rows (LossCalls documents the method)."""
 
     takes_pieces = False
 
@@ -35,23 +36,13 @@ class CffiLoss(CffiFold):
         if self._crmath._ffi is not self._ffi:
             raise RuntimeError("cpu-cffi: the loss and crmath kernels came from two C modules")
 
-    def cross_entropy_into(self, logits, targets, ignore_index, c1, c2, qt, smoothing, g, want_grad,
-                           grad, rows, status) -> int:
-        """Per-row losses into rows (and the gradient into grad when want_grad).
-
-        status[i] = 1 marks a row with an undecided expf/logf (its outputs are then
-        unspecified); returns the number of such rows.
-        """
-        n, v = logits.shape
-        ignore = int(ignore_index)
-        if not INT64_MIN <= ignore <= INT64_MAX:
-            ignore = -1  # no int64 target can equal it; targets are validated to [0, V)
+    def _cross_entropy(self, logits, targets, n, v, ignore, c1, c2, qt, smoothing, g, want_grad,
+                       grad, rows, status) -> int:
         ffi = self._ffi
         got = self._lib.mj_cross_entropy(
-            self._ptr(logits), ffi.from_buffer("int64_t[]", targets), n, v, ignore,
-            float(c1), float(c2), float(qt), bool(smoothing), float(g), bool(want_grad),
-            self._ptr(grad), self._ptr(rows), ffi.from_buffer("int32_t[]", status),
-            self._crmath._tab)
+            self._ptr(logits), self._i64(targets), n, v, ignore, float(c1), float(c2), float(qt),
+            smoothing, float(g), want_grad, self._ptr(grad), self._ptr(rows),
+            ffi.from_buffer("int32_t[]", status), self._crmath._tab)
         if got < 0:
             raise MemoryError("mj_cross_entropy: no memory for a row's work buffer")
         return int(got)

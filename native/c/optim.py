@@ -15,10 +15,10 @@ import numpy as np
 
 from ...core.pieces import operands, table
 from ...oracles.fold import CHUNK
-from .fold import CffiFold
+from .base import CffiBase
 
 
-class CffiOptim(CffiFold):
+class CffiOptim(CffiBase):
     """Optimizer kernels in C, OpenMP over element ranges; updated in place. `takes_pieces`:
     parameters and gradients may be pieces. sgd/adam read each gradient as g * grad_scale and
     store that into g only with write_back."""
@@ -27,9 +27,6 @@ class CffiOptim(CffiFold):
 
     def new_state(self, n: int):
         return np.zeros(n, np.float32)
-
-    def _i64(self, a: np.ndarray):
-        return self._ffi.from_buffer("int64_t[]", a)
 
     def sgd(self, p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay,
             nesterov, maximize, *, grad_scale=None, write_back=False):

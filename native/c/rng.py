@@ -24,10 +24,10 @@ from __future__ import annotations
 import numpy as np
 
 from .crmath import CffiCrmath
-from .fold import CffiFold
+from .base import CffiBase
 
 
-class CffiRng(CffiFold):
+class CffiRng(CffiBase):
     """Philox blocks, uniform and normal draws and dropout in C (the interface of native/rng.py's NumbaRng)."""
 
     takes_pieces = False

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import schedule as cpu
-from .fold import CffiFold
+from .base import CffiBase
 
 # mj_sched_tab field -> the native/schedule.py global it is filled from
 _FIELDS = {"err": "ERR", "zero": "ZERO", "block": "BLOCK", "constant": "CONSTANT",
@@ -34,7 +34,7 @@ _COEFFS = {"sin_c": "SIN", "cos_c": "COS"}
 UNDECIDED = cpu.UNDECIDED
 
 
-class CffiSchedule(CffiFold):
+class CffiSchedule(CffiBase):
     """Schedule values in C, OpenMP over blocks of steps; out written."""
 
     takes_pieces = False

@@ -32,37 +32,31 @@ no launch geometry reaches the bits.
 """
 from __future__ import annotations
 
-import types as pytypes
-
 import numpy as np
 from numba import cuda, float32, uint32, void
 
 from .. import crmath as cpu
-from . import prims
-from .fold import _device_details
+from .base import THREADS, CudaBase, device, grid, undecided_slots
 
-THREADS = 32 if prims.SIMULATOR else 256
-# Grid-stride loops; the simulator (a Python thread per CUDA thread) gets one block.
-MAX_BLOCKS = 1 if prims.SIMULATOR else 65535
 UNDECIDED = cpu.UNDECIDED
 
 
-def bind(fn, **helpers):
-    """`fn` (a CPU function, jitted or not) with the primitive names resolved to this
-    target's primitives and the named `helpers` (the CPU module's jitted helpers it
-    calls) replaced by this target's versions."""
-    fn = getattr(fn, "py_func", fn)
-    env = dict(fn.__globals__, **{name: getattr(prims, name) for name in cpu.PRIMITIVES}, **helpers)
-    bound = pytypes.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)
-    if prims.SIMULATOR:
-        return bound  # plain Python: it calls no CUDA API, and skips the simulator's wrapper
-    return cuda.jit(device=True, inline="always")(bound)
+def bind(fn, **names):
+    """`fn` (native/crmath.py's, jitted or not) compiled for this target: its primitives
+    this target's, and the `names` it calls (the CPU module's jitted helpers) the versions
+    given."""
+    return device(fn, cpu.PRIMITIVES, **names)
 
 
 exp_elem = bind(cpu.exp_elem)
 log_elem = bind(cpu.log_elem)
-sinpi_elem = bind(cpu.sinpi_elem)
-cospi_elem = bind(cpu.cospi_elem)
+# sinpi and cospi's shared pieces, each bound with the ones bound before it
+_pieces = {}
+for _name in cpu.PI_PIECES:
+    _pieces[_name] = bind(cpu.PI_PY[_name], **_pieces)
+del _name
+sinpi_elem = bind(cpu.sinpi_elem, **_pieces)
+cospi_elem = bind(cpu.cospi_elem, **_pieces)
 # The CPU kernels' per-slot functions (special values, then the element function, UNDECIDED
 # where it cannot decide), bound here too: one text for the slot logic on both targets.
 _pi = dict(_pi_finite=bind(cpu._pi_finite), _pi_clamp=bind(cpu._pi_clamp))
@@ -106,16 +100,12 @@ KERNELS = {
 }
 
 
-class CudaCrmath:
+class CudaCrmath(CudaBase):
     """expf/logf/sinpif/cospif on an NVIDIA GPU (or the simulator); x and out are flat float32 numpy arrays."""
 
     takes_pieces = False
 
-    def __init__(self, mode: str):
-        self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"
-        self.numeric_mode = mode  # every mode runs the rn kernels
-        self._k = {name: cuda.jit(sig, cache=False)(fn) for name, (fn, sig) in KERNELS.items()}
-        self.details = _device_details()
+    KERNELS = KERNELS
 
     def _run(self, name: str, x, out) -> int:
         n = out.size
@@ -123,11 +113,10 @@ class CudaCrmath:
             return 0
         dx = cuda.to_device(x)
         dout = cuda.device_array(n, np.float32)
-        blocks = max(1, min(MAX_BLOCKS, (n + THREADS - 1) // THREADS))
         args = (dx, dx.view(np.uint32), dout, dout.view(np.uint32))
-        self._k[name][blocks, THREADS](*(args[1:] if name == "logf" else args))
+        self._k[name][grid(n), THREADS](*(args[1:] if name == "logf" else args))
         dout.copy_to_host(out)
-        return int(np.count_nonzero(out.view(np.uint32) == UNDECIDED))
+        return undecided_slots(out, UNDECIDED)
 
     def expf_into(self, x, out) -> int:
         """Write expf(x) into out (flat float32); returns the number of UNDECIDED slots."""

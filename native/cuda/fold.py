@@ -16,6 +16,7 @@ import numpy as np
 from numba import boolean, cuda, float32, int64, void
 
 from ...oracles.fold import CHUNK, LANES
+from .base import CudaBase
 from .prims import SIMULATOR, WARPS, add, mul, shfl_down, warp_scratch
 
 NEG_ZERO = np.float32(-0.0)
@@ -73,31 +74,13 @@ KERNELS = {
 }
 
 
-def _device_details() -> dict:
-    if SIMULATOR:
-        return {"device": "numba CUDA simulator"}
-    dev = cuda.get_current_device()
-    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-    out = {"device": name, "compute_capability": ".".join(map(str, dev.compute_capability))}
-    try:
-        from numba.cuda.cudadrv.driver import driver
-        out["driver"] = ".".join(map(str, driver.get_version()))
-    except Exception as e:  # the version is metadata; its absence must not stop a run
-        out["driver"] = f"unknown ({type(e).__name__})"
-    return out
-
-
-class CudaFold:
+class CudaFold(CudaBase):
     """fold/sumsq/dot on an NVIDIA GPU (or the simulator). Inputs travel to the device per call."""
 
     takes_pieces = False
 
-    def __init__(self, mode: str):
-        self.backend = "cuda-sim" if SIMULATOR else "cuda"
-        # Every mode runs the rn kernels: they already keep the strongest promise.
-        self.numeric_mode = mode
-        self._k = {name: cuda.jit(sig, cache=not SIMULATOR)(fn) for name, (fn, sig) in KERNELS.items()}
-        self.details = _device_details()
+    KERNELS = KERNELS
+    CACHE = not SIMULATOR
 
     def _segments(self, a, b, products: bool, offsets) -> np.ndarray:
         """fold of y over each segment [offsets[s], offsets[s+1]) in one chunk launch."""

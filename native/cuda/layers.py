@@ -36,12 +36,11 @@ import numpy as np
 from numba import boolean, cuda, float32, int64, void
 
 from ...oracles.fold import CHUNK, LANES
-from . import prims
-from .fold import NEG_ZERO, _device_details
+from ..calls import LayersCalls
+from .base import THREADS, CudaBase, device, grid
+from .fold import NEG_ZERO
 from .prims import WARPS, add, div, mul, shfl_down, sqrt, sub, warp_scratch
 
-THREADS = 32 * WARPS
-MAX_BLOCKS = 1 if prims.SIMULATOR else 65535  # loops are grid-stride; the simulator gets one block
 STRIP = 4  # cells of one output row per warp
 SHORT_K = 64  # up to this K a thread computes a whole cell (gemm_cells_kernel)
 STACK = 32  # pending partials of the binary counter: any chunk count below 2**32
@@ -51,12 +50,7 @@ ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
 
 
-def _device(fn):
-    # plain Python under the simulator: it skips the simulator's device-function wrapper
-    return fn if prims.SIMULATOR else cuda.jit(device=True, inline="always")(fn)
-
-
-@_device
+@device
 def _butterfly(scratch, tid, acc):
     """The fold's lane combine a[j] += a[j + off], off = 16..1, across the warp: lane 0's result."""
     off = 16
@@ -66,7 +60,7 @@ def _butterfly(scratch, tid, acc):
     return acc
 
 
-@_device
+@device
 def _push(stack, base, depth, c, p):
     """Chunk partial p, the c-th of its sum, onto the counter at stack[base:]; the new depth."""
     m = c + 1
@@ -78,7 +72,7 @@ def _push(stack, base, depth, c, p):
     return depth + 1
 
 
-@_device
+@device
 def _finish(stack, base, depth):
     """The pairwise tree's result: pending partials folded from the newest (an odd carry) down."""
     r = stack[base + depth - 1]
@@ -87,7 +81,7 @@ def _finish(stack, base, depth):
     return r
 
 
-@_device
+@device
 def _pairwise(p, k):
     """The pairwise tree over p[0:k], level by level in place (one thread)."""
     while k > 1:
@@ -175,7 +169,7 @@ def gemm_cells_kernel(a, b, m, n, kk, bias, has_bias, chunk_out, out):
             out[i * n + j] = v
 
 
-@_device
+@device
 def _lane_butterfly(lanes):
     """The fold's butterfly over lanes[0:32] in one thread: a[j] += a[j + off], off = 16..1."""
     off = 16
@@ -206,7 +200,7 @@ def row_chunks_kernel(a, m, cols, out):
             out[w] = acc
 
 
-@_device
+@device
 def _column_fold(a, b, products, order, use_order, start, count, ncols, j, lanes):
     """fold over positions q < count of y = a[row, j] (or the rounded a[row, j] * b[row, j]),
     row = order[start + q] (q itself without an order); lanes holds 32 + STACK floats."""
@@ -242,7 +236,7 @@ def segment_fold_kernel(dy, width, order, starts, rows, out):
                                                 starts[s + 1] - starts[s], width, j, lanes)
 
 
-@_device
+@device
 def _term(x, dy, w, has_w, r, grad, o, k):
     """The row fold's value at k: x*x, or (grad) g*h with g = dy*w (dy without weight), h = x*r."""
     if not grad:
@@ -252,7 +246,7 @@ def _term(x, dy, w, has_w, r, grad, o, k):
     return mul(g, h)
 
 
-@_device
+@device
 def _row_fold(x, dy, w, has_w, r, grad, o, d, parts, result, scratch, tid):
     """fold over k < d of _term(k) by the whole block; returns it to every thread."""
     lane = tid & 31
@@ -344,111 +338,60 @@ KERNELS = {
 # these have none to show it.
 SELECT_KERNELS = {"relu": (relu_kernel, void(F1, F1))}
 
-_PLACEHOLDER = np.zeros(1, np.float32)  # a missing bias, weight or h
 _NO_ORDER = np.zeros(1, np.int64)
 
 
-def _grid(units: int, per_block: int) -> int:
-    return max(1, min(MAX_BLOCKS, (units + per_block - 1) // per_block))
-
-
-class CudaLayers:
-    """The layers family's kernels on an NVIDIA GPU (or the simulator): the interface of
-    native/layers.py. numpy arguments travel to the device per call (and back when written);
+class CudaLayers(LayersCalls, CudaBase):
+    """The layers family's kernels on an NVIDIA GPU (or the simulator; LayersCalls documents
+    each method). numpy arguments travel to the device per call (and back when written);
     device arrays stay where they are."""
 
     takes_pieces = False
+    KERNELS = dict(KERNELS, **SELECT_KERNELS)
 
-    def __init__(self, mode: str):
-        self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"
-        self.numeric_mode = mode  # every mode runs the rn kernels
-        kernels = dict(KERNELS, **SELECT_KERNELS)
-        self._k = {name: cuda.jit(sig, cache=False)(fn) for name, (fn, sig) in kernels.items()}
-        self.details = _device_details()
-
-    def _launch(self, name, blocks, args, writes=()):
-        """Run kernel `name` on args (numpy arrays flattened onto the device; those at the
-        positions in `writes` copied back after)."""
-        dev, back = [], []
-        for i, a in enumerate(args):
-            if isinstance(a, np.ndarray):
-                d = cuda.to_device(a.reshape(-1))
-                if i in writes:
-                    back.append((a, d))
-                a = d
-            elif not isinstance(a, np.generic) and getattr(a, "ndim", 1) > 1:
-                a = a.reshape(a.size)  # a device array, viewed flat
-            dev.append(a)
-        self._k[name][blocks, THREADS](*dev)
-        for host, d in back:
-            d.copy_to_host(host.reshape(-1))
-
-    def _gemm(self, a, b, bias, has_bias, chunk_out, out):
-        m, kk = a.shape
-        n = b.shape[0]
+    def _gemm(self, a, b, m, n, kk, bias, has_bias, chunks_out, out):
         if out.size == 0:
             return
-        args = (a, b, m, n, kk, bias if has_bias else _PLACEHOLDER, bool(has_bias), bool(chunk_out),
-                out)
+        args = (a, b, m, n, kk, bias, has_bias, chunks_out, out)
         if kk <= SHORT_K:  # the shape alone picks the kernel; both give the same bits
-            self._launch("gemm_cells", _grid(m * n, THREADS), args, writes=(8,))
+            self._launch("gemm_cells", grid(m * n, THREADS), args, writes=(8,))
         else:
-            self._launch("gemm", _grid(m * ((n + STRIP - 1) // STRIP), WARPS), args, writes=(8,))
+            self._launch("gemm", grid(m * ((n + STRIP - 1) // STRIP), WARPS), args, writes=(8,))
 
-    def gemm_nt(self, a, b, bias, has_bias, out):
-        """out[i, j] = fold_k a[i, k] * b[j, k] (+ bias[j]); a (M, K), b (N, K), out (M, N)."""
-        self._gemm(a, b, bias, has_bias, False, out)
-
-    def gemm_nt_chunks(self, a, b, out):
-        """out (ceil(K/1024), M, N): the chunk partials of gemm_nt's cells (no pairwise tree)."""
-        self._gemm(a, b, _PLACEHOLDER, False, True, out)
-
-    def row_chunk_folds(self, a, out):
-        """out (M, ceil(C/1024)): the fold's chunk partials of every row of a (M, C)."""
-        m, c = a.shape
+    def _row_chunk_folds(self, a, m, c, out):
         if out.size:
-            self._launch("row_chunks", _grid(out.size, WARPS), (a, m, c, out), writes=(3,))
+            self._launch("row_chunks", grid(out.size, WARPS), (a, m, c, out), writes=(3,))
 
-    def col_fold(self, a, b, products, out):
-        """out[n] = fold over rows m of a[m, n] (with `products`, of the rounded a[m, n] * b[m, n])."""
-        m, ncols = a.shape
+    def _col_fold(self, a, b, products, m, ncols, out):
         if ncols:
-            self._launch("col_fold", _grid(ncols, THREADS),
-                         (a, b if products else a, bool(products), m, ncols, _NO_ORDER, out),
-                         writes=(6,))
+            self._launch("col_fold", grid(ncols, THREADS),
+                         (a, b if products else a, products, m, ncols, _NO_ORDER, out), writes=(6,))
 
-    def segment_fold(self, dy, order, starts, rows, out):
-        """out[rows[s], :] = fold over q in [starts[s], starts[s+1]) of dy[order[q], :]; out is
-        (V, D), its other rows untouched."""
-        width = dy.shape[1]
+    def _segment_fold(self, dy, width, order, starts, rows, out):
         if rows.size and width:
-            self._launch("segment_fold", _grid(rows.size * width, THREADS),
+            self._launch("segment_fold", grid(rows.size * width, THREADS),
                          (dy, width, order, starts, rows, out), writes=(5,))
 
     def _work(self, blocks, d):
         return cuda.device_array(blocks * ((d + CHUNK - 1) // CHUNK), np.float32)
 
-    def rms_norm(self, x, w, has_w, eps, y):
-        m, d = x.shape
+    def _rms_norm(self, x, m, d, w, has_w, eps, y):
         if x.size:
-            blocks = _grid(m, 1)
+            blocks = grid(m, 1)
             self._launch("rms_norm", blocks,
-                         (x, m, d, np.float32(d), w if has_w else _PLACEHOLDER, bool(has_w),
-                          np.float32(eps), y, self._work(blocks, d)), writes=(7,))
+                         (x, m, d, np.float32(d), w, has_w, np.float32(eps), y, self._work(blocks, d)),
+                         writes=(7,))
 
-    def rms_norm_backward(self, dy, x, w, has_w, eps, dx, h):
-        """dx; with a weight also h = x * r (for dweight = col_fold(dy, h))."""
-        m, d = x.shape
+    def _rms_norm_backward(self, dy, x, m, d, w, has_w, eps, dx, h):
         if x.size:
-            blocks = _grid(m, 1)
+            blocks = grid(m, 1)
             self._launch("rms_norm_backward", blocks,
-                         (dy, x, m, d, np.float32(d), w if has_w else _PLACEHOLDER, bool(has_w),
-                          np.float32(eps), dx, h if has_w else _PLACEHOLDER,
+                         (dy, x, m, d, np.float32(d), w, has_w, np.float32(eps), dx, h,
                           self._work(blocks, d)), writes=(8, 9) if has_w else (8,))
 
-    def relu(self, x, out):
+    def _relu(self, x, out):
         if x.size:
-            self._launch("relu", _grid(x.size, THREADS), (x, out), writes=(1,))
+            self._launch("relu", grid(x.size, THREADS), (x, out), writes=(1,))
 
 
 def load(mode: str, backend: str = "cuda") -> CudaLayers:

@@ -37,14 +37,13 @@ from numba import boolean, cuda, float32, int32, int64, void
 
 from ...oracles.fold import CHUNK, LANES
 from ..crmath import EXP_TINY
-from ..loss import INT64_MAX, INT64_MIN
+from ..calls import LossCalls
 from . import prims
+from .base import MAX_BLOCKS, THREADS, CudaBase, device
 from .crmath import exp_elem, log_elem
-from .fold import NEG_ZERO, _device_details
+from .fold import NEG_ZERO
 from .prims import WARPS, add, div, mul, shfl_down, sub, warp_scratch
 
-THREADS = 32 * WARPS
-MAX_BLOCKS = 1 if prims.SIMULATOR else 65535  # the simulator runs a Python thread per CUDA thread
 ZERO = np.float32(0.0)
 
 if prims.SIMULATOR:
@@ -106,7 +105,7 @@ def _fold_row(z, r, v, mx, lg, smoothing_pass, want_grad, grad, src, dst, scratc
     return src[0]
 
 
-_fold_row_dev = _fold_row if prims.SIMULATOR else cuda.jit(device=True, inline="always")(_fold_row)
+_fold_row_dev = device(_fold_row)
 
 
 def cross_entropy_kernel(z, t, ignore_index, c1, c2, qt, smoothing, g, want_grad, grad, rows, status,
@@ -179,29 +178,16 @@ KERNELS = {
 }
 
 
-class CudaLoss:
-    """Cross-entropy on an NVIDIA GPU (or the simulator); numpy arguments travel per call."""
+class CudaLoss(LossCalls, CudaBase):
+    """Cross-entropy on an NVIDIA GPU (or the simulator; LossCalls documents the method);
+    numpy arguments travel per call."""
 
     takes_pieces = False
+    KERNELS = KERNELS
 
-    def __init__(self, mode: str):
-        self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"
-        self.numeric_mode = mode  # every mode runs the rn kernel
-        self._k = {name: cuda.jit(sig, cache=False)(fn) for name, (fn, sig) in KERNELS.items()}
-        self.details = _device_details()
-
-    def cross_entropy_into(self, logits, targets, ignore_index, c1, c2, qt, smoothing, g, want_grad,
-                           grad, rows, status) -> int:
-        """Per-row losses into rows (and the gradient into grad when want_grad).
-
-        status[i] = 1 marks a row with an undecided expf/logf (its outputs are then
-        unspecified); returns the number of such rows.
-        """
-        n, v = logits.shape
-        ignore = int(ignore_index)
-        if not INT64_MIN <= ignore <= INT64_MAX:
-            ignore = -1  # no int64 target can equal it; targets are validated to [0, V)
-        blocks = max(1, min(MAX_BLOCKS, n))
+    def _cross_entropy(self, logits, targets, n, v, ignore, c1, c2, qt, smoothing, g, want_grad,
+                       grad, rows, status) -> int:
+        blocks = max(1, min(MAX_BLOCKS, n))  # a block per row
         nchunks = (v + CHUNK - 1) // CHUNK
         work = cuda.device_array((blocks, 2 * nchunks), np.float32)
         dgrad = cuda.to_device(grad) if want_grad else cuda.device_array((1, 1), np.float32)
@@ -209,8 +195,8 @@ class CudaLoss:
         dstatus = cuda.device_array(n, np.int32)
         self._k["cross_entropy"][blocks, THREADS](
             cuda.to_device(logits), cuda.to_device(np.ascontiguousarray(targets, np.int64)), ignore,
-            np.float32(c1), np.float32(c2), np.float32(qt), bool(smoothing), np.float32(g),
-            bool(want_grad), dgrad, drows, dstatus, work)
+            np.float32(c1), np.float32(c2), np.float32(qt), smoothing, np.float32(g), want_grad,
+            dgrad, drows, dstatus, work)
         if want_grad:
             dgrad.copy_to_host(grad)
         drows.copy_to_host(rows)

@@ -22,8 +22,6 @@ tree (native/cuda/fold.py), so no launch geometry reaches the bits.
 """
 from __future__ import annotations
 
-import types as pytypes
-
 import numpy as np
 from numba import boolean, cuda, float32, int32, int64, void
 
@@ -31,28 +29,16 @@ from ...core.interfaces import writes
 from ...oracles.fold import LANES
 from .. import optim as cpu
 from . import prims
+from .base import CudaBase, device, grid
 from .fold import BLOCK, NEG_ZERO, CudaFold, chunk_blocks, chunk_table
 from .prims import WARPS, shfl_down, warp_scratch
 
-THREADS = 32 if prims.SIMULATOR else 256
-# Elementwise kernels loop grid-stride; the simulator, which runs a Python thread per
-# CUDA thread, gets one block, so a launch creates 32 threads instead of one per element.
-MAX_BLOCKS = 1 if prims.SIMULATOR else 65535
 F32_1D = float32[::1]
 I64_1D = int64[::1]
 
 
-def bind(fn):
-    """`fn` with the primitive names resolved to this target's primitives."""
-    env = dict(fn.__globals__, **{name: getattr(prims, name) for name in cpu.PRIMITIVES})
-    bound = pytypes.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)
-    if prims.SIMULATOR:
-        return bound  # plain Python: it calls no CUDA API, and skips the simulator's wrapper
-    return cuda.jit(device=True, inline="always")(bound)
-
-
-sgd_elem = bind(cpu.sgd_elem)
-adam_elem = bind(cpu.adam_elem)
+sgd_elem = device(cpu.sgd_elem, cpu.PRIMITIVES)
+adam_elem = device(cpu.adam_elem, cpu.PRIMITIVES)
 
 
 def sgd_kernel(p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov,
@@ -150,7 +136,7 @@ KERNELS = {
 }
 
 
-class CudaOptim:
+class CudaOptim(CudaBase):
     """Optimizer kernels on an NVIDIA GPU (or the simulator)."""
 
     device_resident = True  # parameters may stay on the device (params_to_device)
@@ -160,10 +146,10 @@ class CudaOptim:
     # interface's, and those of the internal kernels behind all_finite and clip_coef
     _WRITES = {**writes("optim"), "finite": (1,), "norm_squares": (1,), "clip_finish": (3,)}
 
+    KERNELS = KERNELS
+
     def __init__(self, mode: str):
-        self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"
-        self.numeric_mode = mode  # every mode runs the rn kernels
-        self._k = {name: cuda.jit(sig, cache=False)(fn) for name, (fn, sig) in KERNELS.items()}
+        super().__init__(mode)
         self._fold = CudaFold(mode)
         self.details = dict(self._fold.details)
 
@@ -174,17 +160,7 @@ class CudaOptim:
         """Launch kernel `name` over n elements; numpy arguments at _WRITES[name] and `also`
         are copied back after it."""
         writes = self._WRITES.get(name, ()) + tuple(also)
-        dev, back = [], []
-        for i, a in enumerate(args):
-            if isinstance(a, np.ndarray):
-                d = cuda.to_device(a)
-                if i in writes:
-                    back.append((a, d))
-                a = d
-            dev.append(a)
-        self._k[name][max(1, min(MAX_BLOCKS, (n + THREADS - 1) // THREADS)), THREADS](*dev)
-        for host, d in back:
-            d.copy_to_host(host)
+        self._launch(name, grid(n), args, writes)
 
     def sgd(self, p, g, b, *scalars_and_flags, grad_scale=None, write_back=False):
         """One SGD pass reading each gradient as g * grad_scale (None: 1); with write_back the

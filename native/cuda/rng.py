@@ -28,19 +28,14 @@ alone.
 """
 from __future__ import annotations
 
-import types as pytypes
-
 import numpy as np
 from numba import cuda, float32, uint32, uint64, void
 
 from .. import rng as cpu
 from . import crmath as cuda_crmath
 from . import prims
-from .fold import _device_details
+from .base import THREADS, CudaBase, device, grid, undecided_slots
 
-THREADS = 32 if prims.SIMULATOR else 256
-# Grid-stride loops; the simulator (a Python thread per CUDA thread) gets one block.
-MAX_BLOCKS = 1 if prims.SIMULATOR else 65535
 U64 = np.uint64
 MASK32, SH32, SH2, LOW2 = cpu.MASK32, cpu.SH32, cpu.SH2, cpu.LOW2
 UNDECIDED = cpu.UNDECIDED
@@ -57,14 +52,10 @@ else:
 
 
 def bind(fn):
-    """`fn` with the primitive names resolved to this target's primitives (and the crmath
-    element functions and `f32_bits` to this target's)."""
-    env = dict(fn.__globals__, **{name: getattr(prims, name) for name in cpu.PRIMITIVES},
-               **{name: getattr(cuda_crmath, name) for name in cpu.CRMATH}, f32_bits=f32_bits)
-    bound = pytypes.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)
-    if prims.SIMULATOR:
-        return bound  # plain Python: it calls no CUDA API, and skips the simulator's wrapper
-    return cuda.jit(device=True, inline="always")(bound)
+    """`fn` (native/rng.py's) compiled for this target: its primitives, the crmath element
+    functions and `f32_bits` this target's."""
+    return device(fn, cpu.PRIMITIVES, **{name: getattr(cuda_crmath, name) for name in cpu.CRMATH},
+                  f32_bits=f32_bits)
 
 
 philox = bind(cpu.philox)
@@ -178,21 +169,16 @@ INTEGER_KERNELS = {
 }
 
 
-class CudaRng:
+class CudaRng(CudaBase):
     """Philox blocks, uniform and normal draws and dropout on an NVIDIA GPU (or the simulator)."""
 
     takes_pieces = False
 
-    def __init__(self, mode: str):
-        self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"
-        self.numeric_mode = mode  # every mode runs the rn kernels
-        self._k = {name: cuda.jit(sig, cache=False)(fn)
-                   for name, (fn, sig) in {**KERNELS, **INTEGER_KERNELS}.items()}
-        self.details = _device_details()
+    KERNELS = {**KERNELS, **INTEGER_KERNELS}
 
     @staticmethod
     def _grid(nblocks: int) -> int:
-        return max(1, min(MAX_BLOCKS, (nblocks + THREADS - 1) // THREADS))
+        return grid(nblocks)
 
     def philox_into(self, counters, key0, key1, out) -> None:
         """out[i] = Philox4x32-10(counters[i], (key0, key1)); counters and out (n, 4) uint32."""
@@ -235,7 +221,7 @@ class CudaRng:
             U64(key0), U64(key1), U64(stream), U64(offset), np.float32(mean), np.float32(std), dout,
             dout.view(np.uint32))
         dout.copy_to_host(out)
-        return int(np.count_nonzero(out.view(np.uint32) == UNDECIDED))
+        return undecided_slots(out, UNDECIDED)
 
 
 def load(mode: str, backend: str = "cuda") -> CudaRng:

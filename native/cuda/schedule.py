@@ -26,18 +26,13 @@ the bits.
 """
 from __future__ import annotations
 
-import types as pytypes
-
 import numpy as np
 from numba import cuda, float32, int64, uint32, void
 
 from .. import schedule as cpu
 from . import prims
-from .fold import _device_details
+from .base import THREADS, CudaBase, device, grid, undecided_slots
 
-THREADS = 32 if prims.SIMULATOR else 256
-# Grid-stride loops; the simulator (a Python thread per CUDA thread) gets one block.
-MAX_BLOCKS = 1 if prims.SIMULATOR else 65535
 UNDECIDED = cpu.UNDECIDED
 
 
@@ -46,11 +41,7 @@ def bind_pieces() -> dict:
     names) resolved to this target's versions, bound in dependency order."""
     bound = {name: getattr(prims, name) for name in cpu.PRIMITIVES}
     for name in cpu.PIECES:
-        fn = cpu._PY[name]
-        env = dict(fn.__globals__, **bound)
-        f = pytypes.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)
-        # the simulator calls plain Python (it calls no CUDA API, and skips the simulator's wrapper)
-        bound[name] = f if prims.SIMULATOR else cuda.jit(device=True, inline="always")(f)
+        bound[name] = device(cpu._PY[name], **bound)
     return bound
 
 
@@ -76,16 +67,12 @@ KERNELS = {
 }
 
 
-class CudaSchedule:
+class CudaSchedule(CudaBase):
     """Schedule values on an NVIDIA GPU (or the simulator); out is a flat float32 numpy array."""
 
     takes_pieces = False
 
-    def __init__(self, mode: str):
-        self.backend = "cuda-sim" if prims.SIMULATOR else "cuda"
-        self.numeric_mode = mode  # every mode runs the rn kernels
-        self._k = {name: cuda.jit(sig, cache=False)(fn) for name, (fn, sig) in KERNELS.items()}
-        self.details = _device_details()
+    KERNELS = KERNELS
 
     def schedule_into(self, kind, peak, min_lr, warmup, total, t0, out) -> int:
         """Write the values of steps t0 .. t0 + out.size - 1 into out; returns the UNDECIDED count.
@@ -96,12 +83,11 @@ class CudaSchedule:
         if n == 0:
             return 0
         dout = cuda.device_array(n, np.float32)
-        blocks = max(1, min(MAX_BLOCKS, (n + THREADS - 1) // THREADS))
-        self._k["schedule"][blocks, THREADS](int(kind), cpu._rate(peak), cpu._rate(min_lr),
+        self._k["schedule"][grid(n), THREADS](int(kind), cpu._rate(peak), cpu._rate(min_lr),
                                              int(warmup), int(total), int(t0), dout,
                                              dout.view(np.uint32))
         dout.copy_to_host(out)
-        return int(np.count_nonzero(out.view(np.uint32) == UNDECIDED))
+        return undecided_slots(out, UNDECIDED)
 
 
 def load(mode: str, backend: str = "cuda") -> CudaSchedule:
