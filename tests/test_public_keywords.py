@@ -99,7 +99,7 @@ def callables() -> list[tuple[str, object]]:
 
 
 # unknown keywords that reach a bare TypeError in modules other engineers own; the lead removes
-# each line once its module takes **unknown and checks.keywords
+# each line once its module declares its entry points (mojolike.core.entry)
 # every rank refuses together: a rank's unknown keyword travels in the header round, so
 # without a process group the call is refused as option 'group' first (still by name)
 REFUSED_TOGETHER = {"mojolike.distributed.all_reduce_grads", "mojolike.distributed.step"}

@@ -373,7 +373,7 @@ REFUSALS = [
      "already stepped"),
     (None, lambda s, o, g: s.update(), "mojolike.GradScaler.update", "step", "no inf check"),
     (None, lambda s, o, g: s.step(o, g, closure=lambda: 0.0), "mojolike.GradScaler.step",
-     "closure", "not supported"),
+     "closure", "compute the loss and gradients first"),
     (None, lambda s, o, g: s.step(o, g, grad_scale=0.5), "mojolike.GradScaler.step", "grad_scale",
      "scaler's to set"),
     (None, lambda s, o, g: s.step(o, g, max_norm=1.0, clip="inplace"), "mojolike.GradScaler.step",

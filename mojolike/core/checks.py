@@ -1,9 +1,10 @@
 """Argument checks that every entry point uses, so one bad input gets one refusal everywhere.
 
-Keywords, switches, numbers, integers, float32 buffers, shapes and overlap. Each
-check returns the accepted value in the form the contract uses (a number as the
-binary32 value nearest it, a buffer as a flat float32 view) or raises `Refusal`
-naming the entry point, the option and the reason, before anything is written.
+Switches, numbers, integers, float32 buffers, shapes and overlap (the keywords are
+checked by each entry point's declaration, `mojolike.core.entry`). Each check
+returns the accepted value in the form the contract uses (a number as the binary32
+value nearest it, a buffer as a flat float32 view) or raises `Refusal` naming the
+entry point, the option and the reason, before anything is written.
 
 Numbers are Python or numpy reals: `bool`, strings, bytes and arrays are refused
 rather than converted (`lr='0.1'` would otherwise work, and `maximize='False'`
@@ -29,23 +30,10 @@ from fractions import Fraction
 import numpy as np
 
 from ..oracles import f32
-from .refusals import Refusal, refuse
+from .refusals import Refusal, refuse  # noqa: F401 (the examples catch Refusal)
 
 F32 = np.dtype("<f4")
 _NOT_NUMBERS = (bool, np.bool_, str, bytes, bytearray, memoryview)
-
-
-# -- keywords -----------------------------------------------------------------------------------
-def keywords(entry: str, unknown: dict, known: tuple[str, ...], hints: dict | None = None) -> None:
-    """Refuse keywords the entry point does not take (instead of ignoring them); `hints` maps a
-    keyword (e.g. torch's `closure`) to a sentence saying what to do instead."""
-    if not unknown:
-        return
-    names = sorted(str(k) for k in unknown)
-    hint = next((hints[n] for n in names if hints and n in hints), None)
-    takes = f"it takes {', '.join(known)}" if known else "it takes no keywords"
-    reason = hint or f"is not a keyword of {entry}; {takes}"
-    raise Refusal(entry, ", ".join(names), reason)
 
 
 # -- switches and numbers -----------------------------------------------------------------------

@@ -28,7 +28,8 @@ import sysconfig
 import threading
 from dataclasses import dataclass
 
-from . import checks, fpstate
+from . import fpstate
+from .entry import entry_point
 from .families import loader
 from .refusals import BackendUnavailable, refuse
 
@@ -133,9 +134,9 @@ def _cached_status(name: str) -> tuple[bool, str]:
     return _status_cache[name]
 
 
+@entry_point("mojolike.backends")
 def backends(**unknown) -> list[BackendInfo]:
     """Every backend, whether it can run in this process and, if not, why."""
-    checks.keywords("mojolike.backends", unknown, ())
     return [BackendInfo(name, *_cached_status(name), _DESCRIPTIONS[name]) for name in BACKENDS]
 
 
@@ -231,15 +232,15 @@ def check_label(entry: str, k, backend: str, mode: str) -> None:
             value=backend)
 
 
+@entry_point("mojolike.backend_used")
 def backend_used(**unknown) -> str | None:
     """The backend reported by the kernels of the last call in this thread (None before any)."""
-    checks.keywords("mojolike.backend_used", unknown, ())
     k = getattr(_used, "kernels", None)
     return None if k is None else k.backend
 
 
+@entry_point("mojolike.numeric_mode_used")
 def numeric_mode_used(**unknown) -> str | None:
     """The numeric mode reported by the kernels of the last call in this thread."""
-    checks.keywords("mojolike.numeric_mode_used", unknown, ())
     k = getattr(_used, "kernels", None)
     return None if k is None else k.numeric_mode

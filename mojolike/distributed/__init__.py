@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 import threading
 import time
 from dataclasses import dataclass
@@ -23,12 +24,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import checks
+from ..core.entry import entry_point
 from ..core.refusals import Refusal, refuse
 from ..optim.base import _Optimizer
-from .wire import DIVERGED, WROTE, Header, Ledger, RanksDiverged, agree, local_header, step_fields
+from .wire import (
+    DIVERGED,
+    STEP_OPTIONS,
+    WROTE,
+    Header,
+    Ledger,
+    RanksDiverged,
+    agree,
+    local_header,
+    step_fields,
+)
 
-ENTRY = "mojolike.distributed.all_reduce_grads"
-STEP = "mojolike.distributed.step"
 TIMEOUT_S = 300.0  # a rank that has not joined within this is taken as dead
 _ledger = Ledger()  # every group's call count and last outcome in this process
 
@@ -50,10 +60,10 @@ class Exchange:
     seconds: float
 
 
+@entry_point("mojolike.distributed.slices")
 def slices(n: int, world_size: int, **unknown) -> list[tuple[int, int]]:
     """Rank p reduces elements [start, stop) of the flat gradient: n split into world_size
     consecutive slices, the first n % world_size one element longer."""
-    checks.keywords("mojolike.distributed.slices", unknown, ("n", "world_size"))
     q, r = divmod(n, world_size)
     edges = [0]
     for p in range(world_size):
@@ -206,8 +216,9 @@ class _Call:
         return headers
 
 
+@entry_point("mojolike.distributed.all_reduce_grads", together=True)
 def all_reduce_grads(grads, tokens=None, group=None, *, timeout=TIMEOUT_S, numeric_mode=None,
-                     backend=None, **unknown) -> Exchange:
+                     backend=None, entry, **unknown) -> Exchange:
     """Replace every rank's gradients, in place, with their pairwise sum over the ranks.
 
     Each rank passes its local gradient (one buffer or a list, the same layout on every
@@ -245,9 +256,10 @@ def all_reduce_grads(grads, tokens=None, group=None, *, timeout=TIMEOUT_S, numer
     (1, [array([ 1.5, -2. ], dtype=float32), array([3.], dtype=float32)])
     >>> dist.destroy_process_group()
     """
-    call = _Call(ENTRY, group, timeout)
+    call = _Call(entry, group, timeout)
     # every other check is made on each rank and agreed on by all of them, so they refuse together
-    local = local_header(ENTRY, grads, tokens, numeric_mode, backend, unknown)
+    local = local_header(entry, grads, tokens, numeric_mode, backend,
+                         functools.partial(all_reduce_grads.__entry__.check, entry, unknown))
     with call.reduced(local) as out:
         _write(local.views, out)  # every rank reduced its slice: write the caller's buffers now
         call.wrote()
@@ -347,7 +359,9 @@ def _release(key, buffers) -> None:
         _spare[key] = buffers
 
 
-def step(optimizer, grads, tokens=None, group=None, *, timeout=TIMEOUT_S, **step_options):
+@entry_point("mojolike.distributed.step", also=STEP_OPTIONS, torch=("closure",),
+             together=True)
+def step(optimizer, grads, tokens=None, group=None, *, timeout=TIMEOUT_S, entry, **step_options):
     """One data-parallel step: `all_reduce_grads` on the optimizer's backend and mode, then
     `optimizer.step(grads, **step_options)`; returns what the step returns.
 
@@ -372,16 +386,18 @@ def step(optimizer, grads, tokens=None, group=None, *, timeout=TIMEOUT_S, **step
     (4.582575798034668, array([ 0.5,  0. , -1. ], dtype=float32))
     >>> dist.destroy_process_group()
     """
-    call = _Call(STEP, group, timeout)
+    call = _Call(entry, group, timeout)
     ours = isinstance(optimizer, _Optimizer)  # else step_fields refuses it, in the header round
-    local = local_header(STEP, grads, tokens, optimizer.numeric_mode if ours else None,
-                         optimizer.backend if ours else None, {},
-                         check=lambda: step_fields(STEP, optimizer, grads, step_options))
+    check_keywords = functools.partial(step.__entry__.check, entry)
+    local = local_header(entry, grads, tokens, optimizer.numeric_mode if ours else None,
+                         optimizer.backend if ours else None,
+                         check=lambda: step_fields(entry, optimizer, grads, step_options,
+                                                   check_keywords))
     with call.reduced(local) as out:
         try:
             result = optimizer.step(_shaped(local, out), **step_options)
         except Refusal as r:
-            raise r.at(STEP) from None
+            raise r.at(entry) from None
         _write(local.views, out)  # the clipped sums, when the clip is in place
         call.wrote()
     return result

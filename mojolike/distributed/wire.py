@@ -34,7 +34,7 @@ _FIXED = 17
 NOTHING, WROTE, DIVERGED = 0, 1, 2  # how a call ended on a rank: what its caller's buffers hold
 _NONE = -1  # an absent step option (the int64 -1 is a NaN as float64, never a checked value)
 ALL_REDUCE = (0, _NONE, _NONE, _NONE, _NONE)  # the step fields of an all_reduce_grads call
-_STEP_OPTIONS = ("max_norm", "grad_scale", "clip", "update_gate")
+STEP_OPTIONS = ("max_norm", "grad_scale", "clip", "update_gate")  # what step passes on
 _CLIPS = ("inplace", "fold")
 
 
@@ -116,15 +116,15 @@ class Local:
     k: object = None
 
 
-_KNOWN = ("grads", "tokens", "group", "timeout", "numeric_mode", "backend")
-
-
-def local_header(entry: str, grads, tokens, numeric_mode, backend, unknown, check=None) -> Local:
+def local_header(entry: str, grads, tokens, numeric_mode, backend, check_keywords=None,
+                 check=None) -> Local:
     """This rank's Header and views; a refusal of this rank's arguments is carried in the header,
-    raised later by `agree`. `check()` (for `step`) validates the step without writing anything
-    and gives the step fields and the optimizer digest of the header."""
+    raised later by `agree`. `check_keywords()` refuses the keywords the entry does not take;
+    `check()` (for `step`) validates the step without writing anything and gives the step
+    fields and the optimizer digest of the header."""
     try:
-        checks.keywords(entry, unknown, _KNOWN)
+        if check_keywords is not None:
+            check_keywords()
         k = registry.kernels(entry, "optim", backend, numeric_mode)
         items, listed = as_list(entry, "grads", grads)
         views = [checks.as_f32(entry, f"grads[{i}]" if listed else "grads", x, writable=True)
@@ -145,19 +145,19 @@ def local_header(entry: str, grads, tokens, numeric_mode, backend, unknown, chec
     return Local(head, views, flat, listed, [tuple(x) for x in shapes], k)
 
 
-def step_fields(entry: str, optimizer, grads, options: dict) -> tuple[tuple, int]:
-    """The header's step fields and optimizer digest, after the optimizer's own checks of the
-    step (a dry run: update_gate=False reads the arguments and writes nothing); its refusals
-    are raised as `entry`'s."""
-    from ..optim.base import _STEP_HINTS, _gate, _Optimizer
+def step_fields(entry: str, optimizer, grads, options: dict,
+                check_keywords) -> tuple[tuple, int]:
+    """The header's step fields and optimizer digest, after `check_keywords(options)` (the
+    options step takes, or a refusal of the others) and the optimizer's own checks of the step
+    (a dry run: update_gate=False reads the arguments and writes nothing); its refusals are
+    raised as `entry`'s."""
+    from ..optim.base import _gate, _Optimizer
     if not isinstance(optimizer, _Optimizer):
         refuse(entry, "optimizer", f"must be a mojolike optimizer (mojolike.SGD, Adam or AdamW), "
                                    f"not {type(optimizer).__name__}")
-    rest = dict(options)
-    max_norm, grad_scale = rest.pop("max_norm", None), rest.pop("grad_scale", None)
-    clip, gate = rest.pop("clip", "inplace"), rest.pop("update_gate", True)
-    checks.keywords(entry, rest, ("optimizer", "grads", "tokens", "group", "timeout")
-                    + _STEP_OPTIONS, _STEP_HINTS)
+    rest = check_keywords(options)
+    max_norm, grad_scale = rest.get("max_norm"), rest.get("grad_scale")
+    clip, gate = rest.get("clip", "inplace"), rest.get("update_gate", True)
     try:
         optimizer._step(grads, max_norm, grad_scale, clip, update_gate=False)
         gate = _gate(optimizer._ENTRY, gate)
@@ -270,7 +270,7 @@ def _same_step(entry: str, headers: list[Header]) -> None:
                                           f"(mojolike.distributed.step) and not on ranks "
                                           f"{[r for r, k in enumerate(kinds) if not k]} "
                                           f"(all_reduce_grads); every rank must make the same call")
-    for i, name in enumerate(_STEP_OPTIONS, 1):
+    for i, name in enumerate(STEP_OPTIONS, 1):
         values = [h.step[i] for h in headers]
         if len(set(values)) > 1:
             shown = ", ".join(f"{_shown(i, v)!r} on rank {r}" for r, v in enumerate(values))

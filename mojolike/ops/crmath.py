@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import fallbacks
-from ..core.checks import as_f32, keywords, shape_of
+from ..core.checks import as_f32, shape_of
+from ..core.entry import entry_point
 from ..core.registry import kernels
 from ..oracles import crmath as spec
 
 UNDECIDED = 0x7FA00DAD  # the kernels' mark for a slot the fast path could not decide
-_OPTIONS = ("backend", "numeric_mode")
 _EXACT = {"expf": spec.expf_bits, "logf": spec.logf_bits, "sinpif": spec.sinpif_bits,
           "cospif": spec.cospif_bits}
 
@@ -34,9 +34,7 @@ def finish(name: str, x: np.ndarray, out: np.ndarray, undecided: int) -> int:
     return undecided
 
 
-def _apply(name: str, x, backend, numeric_mode, unknown) -> np.ndarray:
-    entry = f"mojolike.math.{name}"
-    keywords(entry, unknown, ("x",) + _OPTIONS)
+def _apply(entry: str, name: str, x, backend, numeric_mode) -> np.ndarray:
     a = as_f32(entry, "x", x)
     k = kernels(entry, "crmath", backend, numeric_mode)
     out = np.empty(a.size, np.float32)
@@ -44,7 +42,8 @@ def _apply(name: str, x, backend, numeric_mode, unknown) -> np.ndarray:
     return out.reshape(shape_of(x))
 
 
-def expf(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
+@entry_point("mojolike.math.expf")
+def expf(x, *, backend=None, numeric_mode=None, entry, **unknown) -> np.ndarray:
     """e^x for every element, the float32 nearest the exact value (ties to even).
 
     `x`: any float32 buffer; the result is a new float32 array of its shape.
@@ -60,10 +59,11 @@ def expf(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
     >>> mojolike.math.expf(np.float32([0.0, 1.0, -np.inf]), backend="oracle").tolist()
     [1.0, 2.7182817459106445, 0.0]
     """
-    return _apply("expf", x, backend, numeric_mode, unknown)
+    return _apply(entry, "expf", x, backend, numeric_mode)
 
 
-def logf(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
+@entry_point("mojolike.math.logf")
+def logf(x, *, backend=None, numeric_mode=None, entry, **unknown) -> np.ndarray:
     """ln x for every element, the float32 nearest the exact value (ties to even).
 
     Special values as C99 `logf`: logf(+-0) = -inf, logf(1) = +0,
@@ -76,10 +76,11 @@ def logf(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
     >>> mojolike.math.logf(np.float32([1.0, 2.0, 0.0]), backend="oracle").tolist()
     [0.0, 0.6931471824645996, -inf]
     """
-    return _apply("logf", x, backend, numeric_mode, unknown)
+    return _apply(entry, "logf", x, backend, numeric_mode)
 
 
-def sinpif(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
+@entry_point("mojolike.math.sinpif")
+def sinpif(x, *, backend=None, numeric_mode=None, entry, **unknown) -> np.ndarray:
     """sin(pi x) for every element, the float32 nearest the exact value (ties to even).
 
     `x`: any float32 buffer; the result is a new float32 array of its shape.
@@ -98,10 +99,11 @@ def sinpif(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
     >>> mojolike.math.sinpif(np.float32([0.5, 0.25, -3.0, 1e-30]), backend="oracle").tolist()
     [1.0, 0.7071067690849304, -0.0, 3.141592723928534e-30]
     """
-    return _apply("sinpif", x, backend, numeric_mode, unknown)
+    return _apply(entry, "sinpif", x, backend, numeric_mode)
 
 
-def cospif(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
+@entry_point("mojolike.math.cospif")
+def cospif(x, *, backend=None, numeric_mode=None, entry, **unknown) -> np.ndarray:
     """cos(pi x) for every element, the float32 nearest the exact value (ties to even).
 
     Special values as C23 `cospi`: NaN in, NaN out (quieted, payload kept);
@@ -115,4 +117,4 @@ def cospif(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
     >>> mojolike.math.cospif(np.float32([0.5, 1.0, 0.25, -2.5]), backend="oracle").tolist()
     [0.0, -1.0, 0.7071067690849304, 0.0]
     """
-    return _apply("cospif", x, backend, numeric_mode, unknown)
+    return _apply(entry, "cospif", x, backend, numeric_mode)

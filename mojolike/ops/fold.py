@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.checks import as_f32, keywords, shape_of
+from ..core.checks import as_f32, shape_of
+from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..core.registry import kernels
 
-_OPTIONS = ("backend", "numeric_mode")
 
-
-def fold(x, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
+@entry_point("mojolike.fold")
+def fold(x, *, backend=None, numeric_mode=None, entry, **unknown) -> np.float32:
     """The sum of a float32 buffer by the canonical `fold` tree.
 
     Parameters: `x` any float32 buffer (numpy array, array.array('f'),
@@ -31,12 +31,12 @@ def fold(x, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
     >>> mojolike.fold(np.array([1e8, 1.0, -1e8], np.float32), backend="oracle")
     np.float32(1.0)
     """
-    keywords("mojolike.fold", unknown, ("x",) + _OPTIONS)
-    a = as_f32("mojolike.fold", "x", x)
-    return kernels("mojolike.fold", "fold", backend, numeric_mode).fold(a)
+    a = as_f32(entry, "x", x)
+    return kernels(entry, "fold", backend, numeric_mode).fold(a)
 
 
-def sumsq(x, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
+@entry_point("mojolike.sumsq")
+def sumsq(x, *, backend=None, numeric_mode=None, entry, **unknown) -> np.float32:
     """fold of the rounded squares x[i]*x[i] (no fused multiply-add).
 
     Reproducibility: as `fold`; each square is rounded to float32 before it is summed.
@@ -45,12 +45,12 @@ def sumsq(x, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
     >>> mojolike.sumsq(np.array([3, 4], np.float32), backend="oracle")
     np.float32(25.0)
     """
-    keywords("mojolike.sumsq", unknown, ("x",) + _OPTIONS)
-    a = as_f32("mojolike.sumsq", "x", x)
-    return kernels("mojolike.sumsq", "fold", backend, numeric_mode).sumsq(a)
+    a = as_f32(entry, "x", x)
+    return kernels(entry, "fold", backend, numeric_mode).sumsq(a)
 
 
-def dot(a, b, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
+@entry_point("mojolike.dot")
+def dot(a, b, *, backend=None, numeric_mode=None, entry, **unknown) -> np.float32:
     """fold of the rounded products a[i]*b[i]; a and b have the same shape.
 
     Reproducibility: as `fold`; each product is rounded to float32 before it is summed.
@@ -59,11 +59,10 @@ def dot(a, b, *, backend=None, numeric_mode=None, **unknown) -> np.float32:
     >>> mojolike.dot(np.ones(3, np.float32), np.arange(3, dtype=np.float32), backend="oracle")
     np.float32(3.0)
     """
-    keywords("mojolike.dot", unknown, ("a", "b") + _OPTIONS)
-    u = as_f32("mojolike.dot", "a", a)
-    v = as_f32("mojolike.dot", "b", b)
+    u = as_f32(entry, "a", a)
+    v = as_f32(entry, "b", b)
     shape_a, shape_b = shape_of(a), shape_of(b)
     if shape_a != shape_b:
-        refuse("mojolike.dot", "b", f"has shape {shape_b} but a has shape {shape_a}; "
-                                    f"dot needs equal shapes")
-    return kernels("mojolike.dot", "fold", backend, numeric_mode).dot(u, v)
+        refuse(entry, "b", f"has shape {shape_b} but a has shape {shape_a}; dot needs equal "
+                           f"shapes")
+    return kernels(entry, "fold", backend, numeric_mode).dot(u, v)

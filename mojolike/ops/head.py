@@ -35,6 +35,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..core import checks
+from ..core.entry import entry_point
 from ..core.refusals import Refusal, refuse
 from ..oracles import f32
 from ..oracles import loss as loss_spec
@@ -44,11 +45,8 @@ from .fold import fold
 from .layers import _NONE, _kernels, _matrix, _t
 from .loss import check_options, check_targets
 
-ENTRY = "mojolike.chunked_lm_head_loss"
 MIN_BLOCK_ROWS = 32  # fewer rows per block would stream the weight too often for its GEMM
 _BUFFERS = 3  # rows x chunk buffers held at once (contracts/layers.md clause 10)
-_OPTIONS = ("hidden", "weight", "targets", "ignore_index", "reduction", "num_items",
-            "return_grad", "label_smoothing", "chunk_size", "backend", "numeric_mode")
 
 
 class _PairwiseCounter:
@@ -80,9 +78,10 @@ class _PairwiseCounter:
         return acc
 
 
+@entry_point("mojolike.chunked_lm_head_loss", torch=("size_average", "reduce"))
 def chunked_lm_head_loss(hidden, weight, targets, ignore_index=-100, reduction="mean",
                          num_items=None, return_grad=False, label_smoothing=0.0, chunk_size=4096,
-                         *, backend=None, numeric_mode=None, **unknown):
+                         *, backend=None, numeric_mode=None, entry, **unknown):
     """cross_entropy(linear(hidden, weight), targets, ...) without the (rows, vocab) logits.
 
     `hidden` (rows, width), `weight` (vocab, width), `targets` (rows,) class indices;
@@ -104,9 +103,8 @@ def chunked_lm_head_loss(hidden, weight, targets, ignore_index=-100, reduction="
     >>> loss == mojolike.cross_entropy(mojolike.linear(h, w, backend="oracle"), [0, 2], backend="oracle")
     True
     """
-    e = ENTRY
-    ls = check_options(unknown, ignore_index, reduction, label_smoothing, num_items, return_grad,
-                       entry=e, options=_OPTIONS)
+    e = entry
+    ls = check_options(e, ignore_index, reduction, label_smoothing, num_items, return_grad)
     size = checks.integer(e, "chunk_size", chunk_size, low=CHUNK, what="a positive multiple of 1024")
     if size % CHUNK:
         refuse(e, "chunk_size", "must be a multiple of 1024, so that its sums are whole chunks of "
@@ -117,7 +115,7 @@ def chunked_lm_head_loss(hidden, weight, targets, ignore_index=-100, reduction="
     vocab = w.shape[0]
     if w.shape[1] != width:
         refuse(e, "weight", f"has width {w.shape[1]} but hidden has width {width}")
-    t = check_targets(targets, rows, vocab, int(ignore_index), entry=e, rows_of="hidden")
+    t = check_targets(e, targets, rows, vocab, int(ignore_index), rows_of="hidden")
     k = _kernels(e, backend, numeric_mode)
     on = dict(backend=k.backend, numeric_mode=k.numeric_mode)
     kept = t != ignore_index
@@ -214,14 +212,14 @@ class _Run:
             with np.errstate(over="ignore"):
                 d = np.subtract(z, m[:, None], out=z)  # d = z - max, one rounding
             ex = expf(d, **self.on)
-            big_s[i0:i1] = _row_folds(self.k, ex)
+            big_s[i0:i1] = _row_folds(self.e, self.k, ex)
             big_l = logf(big_s[i0:i1], **self.on)
             with np.errstate(over="ignore", invalid="ignore"):
                 nll[i0:i1] = np.subtract(big_l, np.subtract(zt, m))  # L - d_t
                 if smooth_sum is not None:
                     np.subtract(big_l[:, None], d, out=d)  # L - d_j, in place: d is done
             if smooth_sum is not None:
-                smooth_sum[i0:i1] = _row_folds(self.k, d)
+                smooth_sum[i0:i1] = _row_folds(self.e, self.k, d)
             del z, d
             if self.want_grad:
                 dz = _gradient(ex, big_s[i0:i1], tb, kb, 0, vocab, s)  # in place of ex
@@ -277,7 +275,7 @@ class _Run:
         sums = _PairwiseCounter()
         for c0, c1 in self.chunks:
             ex = expf(shifted(c0, c1), **on)
-            _push_row_chunks(k, ex, sums)
+            _push_row_chunks(self.e, k, ex, sums)
             del ex
         big_s = sums.finish()
         big_l = logf(big_s, **on)
@@ -295,7 +293,7 @@ class _Run:
                 if smooth is not None:
                     with np.errstate(over="ignore", invalid="ignore"):
                         np.subtract(big_l[:, None], d, out=d)  # L - d_j, in place: d is done
-                    _push_row_chunks(k, d, smooth)
+                    _push_row_chunks(self.e, k, d, smooth)
                 del d
                 if self.want_grad:
                     dz = _gradient(ex, big_s, t, kept, c0, c1, s)  # in place of ex
@@ -313,16 +311,16 @@ class _Run:
         return nll, smooth_sum, dh, dw
 
 
-def _row_folds(k, a: np.ndarray) -> np.ndarray:
+def _row_folds(e: str, k, a: np.ndarray) -> np.ndarray:
     """fold of every row of a: the fold's chunk partials, then the pairwise tree over them."""
     counter = _PairwiseCounter()
-    _push_row_chunks(k, a, counter)
+    _push_row_chunks(e, k, a, counter)
     return counter.finish()
 
 
-def _push_row_chunks(k, a: np.ndarray, counter: _PairwiseCounter) -> None:
+def _push_row_chunks(e: str, k, a: np.ndarray, counter: _PairwiseCounter) -> None:
     """Push the fold's 1024-element chunk partials of every row of a, chunk after chunk."""
-    parts = checks.empty(ENTRY, "chunk_size", (a.shape[0], (a.shape[1] + CHUNK - 1) // CHUNK))
+    parts = checks.empty(e, "chunk_size", (a.shape[0], (a.shape[1] + CHUNK - 1) // CHUNK))
     k.row_chunk_folds(a, parts)
     for j in range(parts.shape[1]):
         counter.push(np.ascontiguousarray(parts[:, j]))

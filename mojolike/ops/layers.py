@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import checks, registry
+from ..core.entry import entry_point
 from ..core.refusals import refuse
 
 FAMILY = "layers"
-_OPTIONS = ("backend", "numeric_mode")
 EPS_DEFAULT = float(np.finfo(np.float32).eps)  # torch's F.rms_norm: eps=None means this
 _NONE = np.zeros(1, np.float32)  # the placeholder a kernel gets for a missing bias or weight
 
@@ -66,7 +66,9 @@ def _t(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 # -- linear -------------------------------------------------------------------------------------
-def linear(x, weight, bias=None, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
+@entry_point("mojolike.linear")
+def linear(x, weight, bias=None, *, backend=None, numeric_mode=None, entry,
+           **unknown) -> np.ndarray:
     """y = x weight^T + bias, torch's F.linear: x (..., K), weight (N, K), bias (N,) or None.
 
     Every cell y[..., i, j] is fold over k of the rounded x[i, k] * weight[j, k] (the
@@ -82,8 +84,7 @@ def linear(x, weight, bias=None, *, backend=None, numeric_mode=None, **unknown) 
     >>> mojolike.linear(np.float32([[1e8, 1, -1e8]]), np.float32([[1, 1, 1]]), backend="oracle")
     array([[1.]], dtype=float32)
     """
-    e = "mojolike.linear"
-    checks.keywords(e, unknown, ("x", "weight", "bias") + _OPTIONS)
+    e = entry
     a = _matrix(e, "x", x)
     w = _matrix(e, "weight", weight, ndim=2)
     if a.shape[-1] != w.shape[1]:
@@ -100,7 +101,8 @@ def linear(x, weight, bias=None, *, backend=None, numeric_mode=None, **unknown) 
     return out
 
 
-def linear_backward(dy, x, weight, bias=True, *, backend=None, numeric_mode=None, **unknown):
+@entry_point("mojolike.linear_backward")
+def linear_backward(dy, x, weight, bias=True, *, backend=None, numeric_mode=None, entry, **unknown):
     """(dx, dweight, dbias) of y = linear(x, weight, bias) for the upstream gradient dy.
 
     dx[i, k] folds dy[i, n] * weight[n, k] over n ascending; dweight[n, k] folds
@@ -115,8 +117,7 @@ def linear_backward(dy, x, weight, bias=True, *, backend=None, numeric_mode=None
     >>> dx.tolist(), dw.tolist(), db.tolist()
     ([[3.0, 3.0, 3.0]], [[3.0, 4.0, 5.0], [6.0, 8.0, 10.0]], [1.0, 2.0])
     """
-    e = "mojolike.linear_backward"
-    checks.keywords(e, unknown, ("dy", "x", "weight", "bias") + _OPTIONS)
+    e = entry
     g = _matrix(e, "dy", dy)
     a = _matrix(e, "x", x)
     w = _matrix(e, "weight", weight, ndim=2)
@@ -143,9 +144,6 @@ def linear_backward(dy, x, weight, bias=True, *, backend=None, numeric_mode=None
 
 
 # -- embedding ----------------------------------------------------------------------------------
-_EMBED_TORCH = {"max_norm": None, "norm_type": 2.0, "scale_grad_by_freq": False, "sparse": False}
-
-
 def _ids(entry: str, ids, num: int) -> np.ndarray:
     try:
         t = np.asarray(ids)
@@ -169,7 +167,8 @@ def _padding(entry: str, padding_idx, num: int) -> int | None:
     return p + num if p < 0 else p  # torch: a negative index counts from the end
 
 
-def embedding(ids, weight, padding_idx=None, *, backend=None, numeric_mode=None, **unknown):
+@entry_point("mojolike.embedding", torch=("max_norm", "norm_type", "scale_grad_by_freq", "sparse"))
+def embedding(ids, weight, padding_idx=None, *, backend=None, numeric_mode=None, entry, **unknown):
     """weight[ids], torch's F.embedding(input, weight): ids any integer shape, weight (V, D);
     returns (*ids.shape, D). The rows are copied exactly; `padding_idx` only changes the
     backward (its row gets no gradient), as in torch. torch's max_norm, scale_grad_by_freq and
@@ -181,13 +180,7 @@ def embedding(ids, weight, padding_idx=None, *, backend=None, numeric_mode=None,
     >>> mojolike.embedding(np.int64([2, 0]), np.float32([[1, 1], [2, 2], [3, 3]])).tolist()
     [[3.0, 3.0], [1.0, 1.0]]
     """
-    e = "mojolike.embedding"
-    for name, default in _EMBED_TORCH.items():
-        if name in unknown:
-            value = unknown.pop(name)
-            if value is not default and value != default:
-                refuse(e, name, "is not covered (only torch's default is)", value=value)
-    checks.keywords(e, unknown, ("ids", "weight", "padding_idx") + _OPTIONS + tuple(_EMBED_TORCH))
+    e = entry
     w = _matrix(e, "weight", weight, ndim=2)
     t = _ids(e, ids, w.shape[0])
     _padding(e, padding_idx, w.shape[0])
@@ -195,8 +188,9 @@ def embedding(ids, weight, padding_idx=None, *, backend=None, numeric_mode=None,
     return w[t]
 
 
+@entry_point("mojolike.embedding_backward")
 def embedding_backward(dy, ids, num_embeddings, padding_idx=None, *, backend=None,
-                       numeric_mode=None, **unknown) -> np.ndarray:
+                       numeric_mode=None, entry, **unknown) -> np.ndarray:
     """dweight (V, D) of embedding(ids, weight): row v folds dy[t, :] over the positions t with
     ids[t] == v, in ascending t (C order of ids); rows never used and `padding_idx` are +0.0.
 
@@ -208,8 +202,7 @@ def embedding_backward(dy, ids, num_embeddings, padding_idx=None, *, backend=Non
     ...                             backend="oracle").tolist()
     [[3.0, 4.0], [6.0, 8.0], [0.0, 0.0]]
     """
-    e = "mojolike.embedding_backward"
-    checks.keywords(e, unknown, ("dy", "ids", "num_embeddings", "padding_idx") + _OPTIONS)
+    e = entry
     num = checks.integer(e, "num_embeddings", num_embeddings, low=1)
     t = _ids(e, ids, num).reshape(-1)
     g = _matrix(e, "dy", dy)
@@ -255,8 +248,9 @@ def _normalized_shape(entry: str, normalized_shape, d: int) -> None:
                                           f"dimension is normalized", value=normalized_shape)
 
 
+@entry_point("mojolike.rms_norm")
 def rms_norm(x, weight=None, eps=None, *, normalized_shape=None, backend=None, numeric_mode=None,
-             **unknown) -> np.ndarray:
+             entry, **unknown) -> np.ndarray:
     """torch's F.rms_norm over the last dimension: y = x * r * weight, r = 1/sqrt(mean(x^2) + eps).
 
     Per row of D values, each step one rounding (contracts/layers.md): ms = fold(x*x) / D,
@@ -270,8 +264,7 @@ def rms_norm(x, weight=None, eps=None, *, normalized_shape=None, backend=None, n
     >>> mojolike.rms_norm(np.float32([[3, 4]]), eps=1.0, backend="oracle").tolist()
     [[0.8164966106414795, 1.0886621475219727]]
     """
-    e = "mojolike.rms_norm"
-    checks.keywords(e, unknown, ("x", "weight", "eps", "normalized_shape") + _OPTIONS)
+    e = entry
     a = _matrix(e, "x", x)
     d = a.shape[-1]
     _normalized_shape(e, normalized_shape, d)
@@ -283,7 +276,9 @@ def rms_norm(x, weight=None, eps=None, *, normalized_shape=None, backend=None, n
     return out
 
 
-def rms_norm_backward(dy, x, weight=None, eps=None, *, backend=None, numeric_mode=None, **unknown):
+@entry_point("mojolike.rms_norm_backward")
+def rms_norm_backward(dy, x, weight=None, eps=None, *, backend=None, numeric_mode=None, entry,
+                      **unknown):
     """(dx, dweight) of rms_norm(x, weight, eps) for the upstream gradient dy (dweight None
     without a weight). With g = dy * weight and h = x * r, per row: c = fold(g * h) / D,
     dx = r * (g - h * c); dweight folds dy * h over the rows.
@@ -294,8 +289,7 @@ def rms_norm_backward(dy, x, weight=None, eps=None, *, backend=None, numeric_mod
     >>> dx.tolist(), dw.tolist()
     ([[0.18101933598518372, -0.13576450943946838]], [0.8485281467437744, 0.0])
     """
-    e = "mojolike.rms_norm_backward"
-    checks.keywords(e, unknown, ("dy", "x", "weight", "eps") + _OPTIONS)
+    e = entry
     g = _matrix(e, "dy", dy)
     a = _matrix(e, "x", x)
     if g.shape != a.shape:
@@ -316,15 +310,15 @@ def rms_norm_backward(dy, x, weight=None, eps=None, *, backend=None, numeric_mod
 
 
 # -- relu and the MLP ---------------------------------------------------------------------------
-def relu(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
+@entry_point("mojolike.relu")
+def relu(x, *, backend=None, numeric_mode=None, entry, **unknown) -> np.ndarray:
     """torch's relu: x where x >= 0 (-0.0 stays -0.0) or NaN, else +0.0; a new array.
 
     >>> import numpy as np, mojolike
     >>> mojolike.relu(np.float32([-1, -0.0, 2]), backend="oracle").tolist()
     [0.0, -0.0, 2.0]
     """
-    e = "mojolike.relu"
-    checks.keywords(e, unknown, ("x",) + _OPTIONS)
+    e = entry
     a = _matrix(e, "x", x)
     k = _kernels(e, backend, numeric_mode)
     out = np.empty(a.shape, np.float32)
@@ -332,8 +326,9 @@ def relu(x, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
     return out
 
 
+@entry_point("mojolike.mlp_inference_sessions")
 def mlp_inference_sessions(sessions, weight1, bias1, weight2, bias2, *, backend=None,
-                           numeric_mode=None, **unknown) -> np.ndarray:
+                           numeric_mode=None, entry, **unknown) -> np.ndarray:
     """relu(x weight1^T + bias1) weight2^T + bias2 for each (rows_i, width) session, the outputs
     concatenated in order; empty sessions (0 rows) are allowed and add no row.
 
@@ -346,8 +341,7 @@ def mlp_inference_sessions(sessions, weight1, bias1, weight2, bias2, *, backend=
     ...                                  np.float32([[1, 3]])], w1, b1, w2, b2, backend="oracle").tolist()
     [[5.0], [1.0]]
     """
-    e = "mojolike.mlp_inference_sessions"
-    checks.keywords(e, unknown, ("sessions", "weight1", "bias1", "weight2", "bias2") + _OPTIONS)
+    e = entry
     if not isinstance(sessions, (list, tuple)):
         refuse(e, "sessions", f"must be a list of (rows, width) float32 arrays, not "
                               f"{type(sessions).__name__}")

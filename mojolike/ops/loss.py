@@ -14,37 +14,19 @@ import numpy as np
 
 from ..core import checks, fallbacks, registry
 from ..core.checks import as_f32, shape_of
+from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..oracles import f32
 from ..oracles import loss as spec
 from .crmath import expf, logf
 from .fold import fold
 
-ENTRY = "mojolike.cross_entropy"
-_OPTIONS = ("logits", "targets", "ignore_index", "reduction", "label_smoothing", "num_items",
-            "return_grad", "numeric_mode", "backend")
-# torch options with no counterpart here; None (torch's default) means unused and is accepted
-_TORCH_REFUSED = {
-    "weight": "(per-class weights) is not covered by contracts/loss.md; only unweighted "
-              "cross-entropy is certified",
-    "size_average": "is torch's deprecated spelling of reduction; pass reduction='mean', "
-                    "'sum' or 'none' instead",
-    "reduce": "is torch's deprecated spelling of reduction; pass reduction='mean', 'sum' or "
-              "'none' instead",
-}
 _I64 = np.iinfo(np.int64)
 
 
-def check_options(unknown, ignore_index, reduction, label_smoothing, num_items, return_grad,
-                  entry: str = ENTRY, options: tuple = _OPTIONS):
+def check_options(entry: str, ignore_index, reduction, label_smoothing, num_items, return_grad):
     """The options cross_entropy shares with the chunked LM head; returns label_smoothing's
     binary32 value."""
-    for name, reason in _TORCH_REFUSED.items():
-        if name in unknown:
-            value = unknown.pop(name)
-            if value is not None:
-                refuse(entry, name, reason)
-    checks.keywords(entry, unknown, options)
     checks.integer(entry, "ignore_index", ignore_index, low=int(_I64.min), high=int(_I64.max),
                    what="an int64 integer; torch's third positional argument is weight: pass "
                         "options by keyword")
@@ -65,23 +47,23 @@ def check_options(unknown, ignore_index, reduction, label_smoothing, num_items, 
     return ls
 
 
-def _logits(logits) -> np.ndarray:
-    flat = as_f32(ENTRY, "logits", logits)  # dtype, byte order, empty, contiguity
+def _logits(entry: str, logits) -> np.ndarray:
+    flat = as_f32(entry, "logits", logits)  # dtype, byte order, empty, contiguity
     shape = shape_of(logits)
     if len(shape) != 2:
-        refuse(ENTRY, "logits", f"have shape {shape}; cross_entropy needs 2-D logits (N, V) "
+        refuse(entry, "logits", f"have shape {shape}; cross_entropy needs 2-D logits (N, V) "
                                 f"(for one row, pass logits[None])")
     a = flat.reshape(shape)
     # min and max propagate NaN and show any inf without an (N, V) temporary (clause 6)
     if not (math.isfinite(a.min()) and math.isfinite(a.max())):
         i = next(i for i in range(shape[0]) if not np.isfinite(a[i]).all())
         j = int(np.flatnonzero(~np.isfinite(a[i]))[0])
-        refuse(ENTRY, "logits", f"hold a non-finite value ({a[i, j]} at row {i}, class {j}); inf "
+        refuse(entry, "logits", f"hold a non-finite value ({a[i, j]} at row {i}, class {j}); inf "
                                 f"and NaN logits are not covered")
     return a
 
 
-def check_targets(targets, n: int, v: int, ignore_index: int, entry: str = ENTRY,
+def check_targets(entry: str, targets, n: int, v: int, ignore_index: int,
                   rows_of: str = "logits") -> np.ndarray:
     """(N,) int64 class indices, each a class in [0, v) or ignore_index."""
     if not isinstance(targets, (np.ndarray, list, tuple)):
@@ -113,8 +95,10 @@ def check_targets(targets, n: int, v: int, ignore_index: int, entry: str = ENTRY
     return t64
 
 
+@entry_point("mojolike.cross_entropy", torch=("weight", "size_average", "reduce"))
 def cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_smoothing=0.0,
-                  num_items=None, return_grad=False, numeric_mode=None, backend=None, **unknown):
+                  num_items=None, return_grad=False, numeric_mode=None, backend=None, *, entry,
+                  **unknown):
     """Cross-entropy of float32 logits (N, V) against class indices, as torch's F.cross_entropy.
 
     Per row: d = z - max(z), S = fold(expf(d)), L = logf(S), nll = L - d[t];
@@ -146,12 +130,12 @@ def cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_sm
     >>> cross_entropy(z, [2, 0], reduction="none", backend="oracle")
     array([1.3862944 , 0.05349043], dtype=float32)
     """
-    ls = check_options(unknown, ignore_index, reduction, label_smoothing, num_items, return_grad)
-    a = _logits(logits)
+    ls = check_options(entry, ignore_index, reduction, label_smoothing, num_items, return_grad)
+    a = _logits(entry, logits)
     n, v = a.shape
-    t = check_targets(targets, n, v, int(ignore_index))
+    t = check_targets(entry, targets, n, v, int(ignore_index))
     # everything is validated: from here on nothing is refused except an unavailable backend
-    k = registry.kernels(ENTRY, "loss", backend, numeric_mode)
+    k = registry.kernels(entry, "loss", backend, numeric_mode)
     count = int(num_items) if num_items is not None else int(np.count_nonzero(t != ignore_index))
     s = spec.host_scalars(ls, v, reduction, count)
     rows = np.empty(n, np.float32)
@@ -162,7 +146,7 @@ def cross_entropy(logits, targets, ignore_index=-100, reduction="mean", label_sm
     flagged = k.cross_entropy_into(*args)
     redone = finish_rows(*args, backend=k.backend, numeric_mode=k.numeric_mode)
     if redone != flagged:
-        raise RuntimeError(f"{ENTRY}: the {k.backend} loss kernel reported {flagged} undecided rows "
+        raise RuntimeError(f"{entry}: the {k.backend} loss kernel reported {flagged} undecided rows "
                            f"but flagged {redone}")
     if reduction == "none":
         return rows

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..core import checks, fallbacks, registry
 from ..core.checks import as_f32, shape_of
+from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..oracles import f32
 from ..oracles import rng as spec
@@ -42,13 +43,6 @@ from .crmath import UNDECIDED
 
 TWO64 = spec.TWO64
 FAMILY = "rng"
-_GEN = "mojolike.Generator"
-_PHILOX = "mojolike.random.philox4x32_10"
-# torch's F.dropout options: their default is what this dropout does, any other value is refused
-_DROPOUT_TORCH = {
-    "training": (True, "=False makes dropout the identity; skip the call instead"),
-    "inplace": (False, "=True is not covered: dropout returns a new array (assign it back)"),
-}
 
 
 def _u64(entry: str, name: str, v, what: str = "an integer in [0, 2^64)") -> int:
@@ -149,10 +143,10 @@ class Generator:
     [6.0, 6.0, 0.0, 6.0]
     """
 
-    def __init__(self, seed, *, backend=None, numeric_mode=None, **unknown):
-        checks.keywords(_GEN, unknown, ("seed", "backend", "numeric_mode"))
-        self._seed = _u64(_GEN, "seed", seed)
-        registry.resolve(_GEN, backend, numeric_mode)  # refuse an unknown name now, not at a draw
+    @entry_point()
+    def __init__(self, seed, *, backend=None, numeric_mode=None, entry, **unknown):
+        self._seed = _u64(entry, "seed", seed)
+        registry.resolve(entry, backend, numeric_mode)  # refuse an unknown name now, not at a draw
         self._backend, self._mode = backend, numeric_mode
         self._counter = 0
         self._lock = threading.Lock()
@@ -189,21 +183,19 @@ class Generator:
     def _kernels(self, entry: str):
         return registry.kernels(entry, FAMILY, self._backend, self._mode)
 
-    def next_stream(self, **unknown) -> int:
+    @entry_point()
+    def next_stream(self, *, entry, **unknown) -> int:
         """The current stream counter s; increments it (the stream is then the caller's)."""
-        e = f"{_GEN}.next_stream"
-        checks.keywords(e, unknown, ())
-        return self._take(e, self._stream(e, None))
+        return self._take(entry, self._stream(entry, None))
 
+    @entry_point()
     def state_dict(self, **unknown) -> dict:
         """{'seed': seed, 'counter': s}: the whole state."""
-        checks.keywords(f"{_GEN}.state_dict", unknown, ())
         return {"seed": self._seed, "counter": self._counter}
 
-    def load_state_dict(self, state, **unknown) -> None:
+    @entry_point()
+    def load_state_dict(self, state, *, entry, **unknown) -> None:
         """Restore a `state_dict()` (seed and counter; counter 2^64 is an exhausted generator)."""
-        entry = f"{_GEN}.load_state_dict"
-        checks.keywords(entry, unknown, ("state",))
         if not isinstance(state, dict) or set(state) != {"seed", "counter"}:
             got = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
             refuse(entry, "state", f"must be a dict with exactly the keys 'seed' and 'counter', "
@@ -213,7 +205,9 @@ class Generator:
         with self._lock:
             self._seed, self._counter = seed, c
 
-    def uniform(self, shape, low=0.0, high=1.0, *, stream=None, offset=0, **unknown) -> np.ndarray:
+    @entry_point()
+    def uniform(self, shape, low=0.0, high=1.0, *, stream=None, offset=0, entry,
+                **unknown) -> np.ndarray:
         """A float32 array of `shape`: low + (high - low) u, u = (w >> 8) 2^-24 (clause 3).
 
         low <= high, both finite, rounded to float32 first (d = high - low is
@@ -223,8 +217,6 @@ class Generator:
         >>> Generator(7, backend="oracle").uniform((2, 2), -1.0, 1.0).tolist()
         [[0.9091942310333252, 0.5003043413162231], [-0.7716453075408936, -0.8286843299865723]]
         """
-        entry = f"{_GEN}.uniform"
-        checks.keywords(entry, unknown, ("shape", "low", "high", "stream", "offset"))
         dims, n = _shape(entry, shape)
         lo, hi = _f32(entry, "low", low), _f32(entry, "high", high)
         if lo > hi:
@@ -245,7 +237,9 @@ class Generator:
         k.uniform_into(key0, key1, s, offset, np.float32(lo), np.float32(hi), out.reshape(-1))
         return out
 
-    def normal(self, shape, mean=0.0, std=1.0, *, stream=None, offset=0, **unknown) -> np.ndarray:
+    @entry_point()
+    def normal(self, shape, mean=0.0, std=1.0, *, stream=None, offset=0, entry,
+               **unknown) -> np.ndarray:
         """A float32 array of `shape`: mean + std z, z standard normal by Box-Muller (clause 4).
 
         For stream position q (the pair (w0, w1) of block q div 4 when q mod 4 is 0
@@ -264,8 +258,6 @@ class Generator:
         >>> g.normal((1, 2), 10.0, 0.5, stream=0, offset=2).tolist()   # positions 2, 3 of stream 0
         [[9.691195487976074, 9.758965492248535]]
         """
-        entry = f"{_GEN}.normal"
-        checks.keywords(entry, unknown, ("shape", "mean", "std", "stream", "offset"))
         dims, n = _shape(entry, shape)
         # contracts/rng.md clause 4: a -0.0 mean is taken as +0.0
         mu, sd = _f32(entry, "mean", mean) + 0.0, _std(entry, "std", std)
@@ -285,7 +277,9 @@ class Generator:
         _finish_normal(flat, undecided, self._seed, s, offset, mu, sd)
         return out
 
-    def kaiming_uniform(self, shape, fan_in, gain=None, *, stream=None, **unknown) -> np.ndarray:
+    @entry_point()
+    def kaiming_uniform(self, shape, fan_in, gain=None, *, stream=None, entry,
+                        **unknown) -> np.ndarray:
         """uniform(shape, -bound, bound), bound = gain sqrt(3 / fan_in) (torch's kaiming_uniform_).
 
         `gain` None is torch's default for relu / leaky_relu(0), sqrt(2), taken
@@ -296,15 +290,15 @@ class Generator:
         >>> Generator(0, backend="oracle").kaiming_uniform(3, fan_in=6).tolist()    # bound 1.0
         [-0.20190715789794922, 0.7610403299331665, 0.47142553329467773]
         """
-        entry = f"{_GEN}.kaiming_uniform"
-        checks.keywords(entry, unknown, ("shape", "fan_in", "gain", "stream"))
         dims, n = _shape(entry, shape)
         fan_in = _fan(entry, "fan_in", fan_in)
         g = None if gain is None else _gain(entry, gain)
         bound = spec.kaiming_uniform_bound(fan_in, g)
         return self._symmetric(entry, dims, n, bound, gain, stream)
 
-    def kaiming_normal(self, shape, fan_in, gain=None, *, stream=None, **unknown) -> np.ndarray:
+    @entry_point()
+    def kaiming_normal(self, shape, fan_in, gain=None, *, stream=None, entry,
+                       **unknown) -> np.ndarray:
         """normal(shape, 0, std), std = gain / sqrt(fan_in) (torch's kaiming_normal_).
 
         `gain` None is sqrt(2), exactly: std = float32(sqrt(2 / fan_in)); a given
@@ -313,15 +307,15 @@ class Generator:
         >>> Generator(0, backend="oracle").kaiming_normal(2, fan_in=8).tolist()    # std 0.5
         [0.49556872248649597, -0.4623313844203949]
         """
-        entry = f"{_GEN}.kaiming_normal"
-        checks.keywords(entry, unknown, ("shape", "fan_in", "gain", "stream"))
         dims, n = _shape(entry, shape)
         fan_in = _fan(entry, "fan_in", fan_in)
         g = None if gain is None else _gain(entry, gain)
         sd = spec.kaiming_normal_std(fan_in, g)
         return self._normal(entry, dims, n, 0.0, sd, stream, 0)  # sd <= gain: finite
 
-    def xavier_uniform(self, shape, fan_in, fan_out, gain=1.0, *, stream=None, **unknown) -> np.ndarray:
+    @entry_point()
+    def xavier_uniform(self, shape, fan_in, fan_out, gain=1.0, *, stream=None, entry,
+                       **unknown) -> np.ndarray:
         """uniform(shape, -bound, bound), bound = gain sqrt(6 / (fan_in + fan_out)) (torch's
         xavier_uniform_); gain rounded to float32 first, the bound the float32 nearest the
         exact value.
@@ -329,22 +323,20 @@ class Generator:
         >>> Generator(0, backend="oracle").xavier_uniform(2, fan_in=2, fan_out=4).tolist()
         [-0.20190715789794922, 0.7610403299331665]
         """
-        entry = f"{_GEN}.xavier_uniform"
-        checks.keywords(entry, unknown, ("shape", "fan_in", "fan_out", "gain", "stream"))
         dims, n = _shape(entry, shape)
         fan_in, fan_out = _fan(entry, "fan_in", fan_in), _fan(entry, "fan_out", fan_out)
         bound = spec.xavier_uniform_bound(fan_in, fan_out, _gain(entry, gain))
         return self._symmetric(entry, dims, n, bound, gain, stream)
 
-    def xavier_normal(self, shape, fan_in, fan_out, gain=1.0, *, stream=None, **unknown) -> np.ndarray:
+    @entry_point()
+    def xavier_normal(self, shape, fan_in, fan_out, gain=1.0, *, stream=None, entry,
+                      **unknown) -> np.ndarray:
         """normal(shape, 0, std), std = gain sqrt(2 / (fan_in + fan_out)) (torch's
         xavier_normal_); gain rounded to float32 first, std the float32 nearest the exact value.
 
         >>> Generator(0, backend="oracle").xavier_normal(2, fan_in=1, fan_out=1).tolist()  # std 1
         [0.9911374449729919, -0.9246627688407898]
         """
-        entry = f"{_GEN}.xavier_normal"
-        checks.keywords(entry, unknown, ("shape", "fan_in", "fan_out", "gain", "stream"))
         dims, n = _shape(entry, shape)
         fan_in, fan_out = _fan(entry, "fan_in", fan_in), _fan(entry, "fan_out", fan_out)
         sd = spec.xavier_normal_std(fan_in, fan_out, _gain(entry, gain))
@@ -356,7 +348,9 @@ class Generator:
                                             f"2 * bound overflow float32")
         return self._uniform(entry, dims, n, -bound + 0.0, bound, stream, 0)
 
-    def dropout(self, x, p, offset=0, stream=None, **unknown) -> tuple[np.ndarray, DropoutKey]:
+    @entry_point(torch=("training", "inplace"))
+    def dropout(self, x, p, offset=0, stream=None, *, entry, **unknown) -> tuple[np.ndarray,
+                DropoutKey]:
         """(y, key): y = x * float32(1 / (1 - p)) where u >= p, else x * 0.0 (clause 6).
 
         `x` a float32 buffer (read, never written; y has its shape); `p` in [0, 1),
@@ -368,13 +362,6 @@ class Generator:
         >>> y.tolist(), key.stream       # scale: float32(4/3); the dropped -2 gives -0.0
         ([1.3333333730697632, -0.0, 4.0, -5.333333492279053], 0)
         """
-        entry = f"{_GEN}.dropout"
-        for name, (default, reason) in _DROPOUT_TORCH.items():
-            if name in unknown and unknown[name] is default:
-                unknown.pop(name)
-            elif name in unknown:
-                refuse(entry, name, reason)
-        checks.keywords(entry, unknown, ("x", "p", "offset", "stream"))
         xs = as_f32(entry, "x", x)
         shape = shape_of(x)
         pf = _dropout_p(entry, p)
@@ -387,13 +374,12 @@ class Generator:
         self._run_dropout(k, xs, key, y.reshape(-1))
         return y, key
 
-    def dropout_backward(self, dy, key, **unknown) -> np.ndarray:
+    @entry_point()
+    def dropout_backward(self, dy, key, *, entry, **unknown) -> np.ndarray:
         """dx = dy * scale where the forward kept, else dy * 0.0: the mask of `key` replayed.
 
         The key carries its own seed, stream, offset and p; no stream is drawn.
         """
-        entry = f"{_GEN}.dropout_backward"
-        checks.keywords(entry, unknown, ("dy", "key"))
         key = _check_key(entry, key)
         dys = as_f32(entry, "dy", dy)
         if dys.size != key.n:
@@ -458,7 +444,8 @@ def _words(entry: str, name: str, v, counter: bool) -> np.ndarray:
     return np.ascontiguousarray(a, np.uint32)
 
 
-def philox4x32_10(counter, key, *, backend=None, numeric_mode=None, **unknown) -> np.ndarray:
+@entry_point("mojolike.random.philox4x32_10")
+def philox4x32_10(counter, key, *, backend=None, numeric_mode=None, entry, **unknown) -> np.ndarray:
     """Philox4x32-10 (Random123's philox4x32_10) of each counter under `key`.
 
     `counter`: uint32 words of shape (4,) or (n, 4); `key`: shape (2,). Returns
@@ -473,10 +460,9 @@ def philox4x32_10(counter, key, *, backend=None, numeric_mode=None, **unknown) -
     ...                                    backend="oracle")]
     ['6627e8d5', 'e169c58d', 'bc57ac4c', '9b00dbd8']
     """
-    checks.keywords(_PHILOX, unknown, ("counter", "key", "backend", "numeric_mode"))
-    c = _words(_PHILOX, "counter", counter, True)
-    kw = _words(_PHILOX, "key", key, False)
-    k = registry.kernels(_PHILOX, FAMILY, backend, numeric_mode)
+    c = _words(entry, "counter", counter, True)
+    kw = _words(entry, "key", key, False)
+    k = registry.kernels(entry, FAMILY, backend, numeric_mode)
     blocks = c.reshape(-1, 4)
     out = np.empty_like(blocks)
     k.philox_into(blocks, int(kw[0]), int(kw[1]), out)

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..core import checks, fallbacks
+from ..core.entry import entry_point
 from ..core.refusals import Refusal, refuse
 from ..core.registry import CONTRACT_MODE, check_fp_state, kernels
 from ..oracles import schedule as spec
@@ -29,7 +30,6 @@ BLOCK = 4096  # lr_at serves steps from aligned blocks of this many values (clau
 KEEP_BLOCKS = 8  # recent blocks kept for scattered steps (8 x 4096 floats: about 1 MB)
 MAX_STEPS = 2**40  # the largest step, warmup or total the contract covers
 _KEYS = ("kind", "peak_lr", "warmup_steps", "total_steps", "min_lr")
-_OPTIONS = ("peak_lr", "warmup_steps", "total_steps", "min_lr", "backend", "numeric_mode")
 
 
 def finish(kind: int, P: float, M: float, W: int, T: int, t0: int, out: np.ndarray,
@@ -64,10 +64,10 @@ class LRSchedule:
     kind = ""  # the config name: "constant", "linear" or "cosine"
     _CODE = -1  # the kernels' kind code
 
+    @entry_point()
     def __init__(self, peak_lr, warmup_steps=0, total_steps=None, min_lr=0.0, *, backend=None,
-                 numeric_mode=None, **unknown):
-        e = self._entry = f"mojolike.{type(self).__name__}"
-        checks.keywords(e, unknown, _OPTIONS)
+                 numeric_mode=None, entry, **unknown):
+        e = self._entry = entry
         self.peak_lr = _rate(e, "peak_lr", peak_lr)
         self.min_lr = _rate(e, "min_lr", min_lr)
         self.warmup_steps = W = _count(e, "warmup_steps", warmup_steps, 0, "0")
@@ -94,22 +94,21 @@ class LRSchedule:
         finish(*self._spec, t0, out, self._k.schedule_into(*self._args, t0, out))
         return out
 
-    def lr_at(self, t, **unknown) -> float:
+    @entry_point()
+    def lr_at(self, t, *, entry, **unknown) -> float:
         """The rate of one-based step t, a Python float (a binary32 value).
 
         Served from a cached block of 4096 consecutive steps, computed in one kernel
         call when t leaves the block: a training loop pays one list lookup per step.
         """
-        if type(t) is int and not unknown:
+        if type(t) is int:
             t0, block = self._cache
             i = t - t0
             if 0 <= i < len(block):  # t0 >= 1, so a hit is a step >= 1
                 return block[i]
-        return self._fill(t, unknown)
+        return self._fill(entry, t)
 
-    def _fill(self, t, unknown=None, entry: str = "lr_at") -> float:
-        e = f"{self._entry}.{entry}"
-        checks.keywords(e, unknown or {}, ("t",))
+    def _fill(self, e: str, t) -> float:
         t = checks.integer(e, "t", t, low=1, high=MAX_STEPS,
                            what="an integer step in [1, 2^40] (steps are one-based)")
         t0 = (t - 1) // BLOCK * BLOCK + 1  # aligned, so that scattered steps share blocks
@@ -122,30 +121,31 @@ class LRSchedule:
         self._cache = (t0, block)  # one assignment: a reader sees an old or a new pair, never a mix
         return block[t - t0]
 
-    def lr_values(self, n, **unknown) -> np.ndarray:
+    @entry_point()
+    def lr_values(self, n, *, entry, **unknown) -> np.ndarray:
         """The float32 array of the rates of steps 1..n."""
-        e = f"{self._entry}.lr_values"
-        checks.keywords(e, unknown, ("n",))
+        e = entry
         n = checks.integer(e, "n", n, low=1, high=MAX_STEPS, what="an integer in [1, 2^40]")
         checks.shape(e, "n", n)  # refused before allocating when it cannot fit in memory
         return self._into(1, checks.empty(e, "n", n))
 
-    def bits_at(self, t, **unknown) -> int:
+    @entry_point()
+    def bits_at(self, t, *, entry, **unknown) -> int:
         """The binary32 bit pattern of lr_at(t)."""
-        return f32_to_bits(self._fill(t, unknown, "bits_at"))
+        return f32_to_bits(self._fill(entry, t))
 
     # -- configuration ---------------------------------------------------------------------
+    @entry_point()
     def config(self, **unknown) -> dict:
         """The schedule as a plain dict (rates as their binary32 values); from_config inverts it."""
-        checks.keywords(f"{self._entry}.config", unknown, ())
         return {"kind": self.kind, "peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps,
                 "total_steps": self.total_steps, "min_lr": self.min_lr}
 
     @classmethod
-    def from_config(cls, d, *, backend=None, numeric_mode=None, **unknown) -> LRSchedule:
+    @entry_point()
+    def from_config(cls, d, *, backend=None, numeric_mode=None, entry, **unknown) -> LRSchedule:
         """The schedule `d` describes (as config() returns it); on LRSchedule, of d's kind."""
-        e = f"mojolike.{cls.__name__}.from_config"
-        checks.keywords(e, unknown, ("d", "backend", "numeric_mode"))
+        e = entry
         if not isinstance(d, Mapping):
             refuse(e, "d", f"must be a dict as config() returns, got {type(d).__name__}")
         extra = sorted(str(k) for k in d if k not in _KEYS)

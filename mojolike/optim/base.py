@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from ..core import checks, registry
+from ..core.entry import entry_point
 from ..core.pieces import part
 from ..core.refusals import Refusal, refuse
 from ..oracles import f32
@@ -28,26 +29,8 @@ from .grads import CLIP_EPS, accumulate_grads, check_tokens
 from .params import Registry, as_list
 from .state import check_state_dict
 
-_TORCH_OFF = {"amsgrad": "AMSGrad is not part of contracts/optim.md",
-              "foreach": "mojolike runs one certified algorithm (contracts/optim.md); drop the option",
-              "fused": "mojolike runs one certified algorithm (contracts/optim.md); drop the option",
-              "capturable": "mojolike runs one certified algorithm (contracts/optim.md); drop the option",
-              "differentiable": "there is no autograd in mojolike; drop the option"}
-_COMMON = ("lr_schedule", "accumulation_steps", "numeric_mode", "backend")
-_STEP_HINTS = {"closure": "is torch's way to re-evaluate the loss inside step; mojolike takes the "
-                          "gradients as an argument: compute the loss and gradients first, then call "
-                          "step(grads)"}
-
-
-def _refuse_torch_options(entry: str, given: dict) -> dict:
-    """Refuse torch options this library does not honor, unless they are None or False."""
-    rest = {}
-    for name, value in given.items():
-        if name not in _TORCH_OFF:
-            rest[name] = value
-        elif value is not None and checks.switch(entry, name, value):
-            refuse(entry, name, f"is not covered: {_TORCH_OFF[name]}", value=value)
-    return rest
+# the torch options the constructors refuse unless given as None or False (core.entry.TORCH)
+TORCH_OPTIONS = ("amsgrad", "foreach", "fused", "capturable", "differentiable")
 
 
 def _given(value, checked: float):
@@ -78,7 +61,6 @@ class _Optimizer:
     """What SGD, Adam and AdamW share: groups, the registry, the clip, steps, state, residency."""
 
     _ENTRY = "mojolike.optimizer"
-    _OPTIONS: tuple[str, ...] = ()
     _GROUP_OPTIONS: tuple[str, ...] = ()  # what a param group may set, besides "params"
 
     def __init__(self, params, defaults: dict, *, accumulation_steps=1, numeric_mode=None,
@@ -139,6 +121,7 @@ class _Optimizer:
         return self._reg.packed
 
     # -- the step ----------------------------------------------------------------------------
+    @entry_point(torch=("closure",))
     def step(self, grads, max_norm=None, *, grad_scale=None, clip="inplace", update_gate=True,
              **unknown):
         """One optimizer step with `grads` (matching the parameters in count, shape and order;
@@ -154,9 +137,6 @@ class _Optimizer:
         update_gate: False (a bool, or a 0-d / 1-element array holding 0 or False) skips
         the step: nothing is read or written and t does not advance.
         """
-        e = self._ENTRY
-        checks.keywords(f"{e}.step", unknown,
-                        ("grads", "max_norm", "grad_scale", "clip", "update_gate"), _STEP_HINTS)
         return self._step(grads, max_norm, grad_scale, clip, update_gate)
 
     def _step(self, grads, max_norm=None, grad_scale=None, clip="inplace", update_gate=True,
@@ -297,16 +277,16 @@ class _Optimizer:
         if self._device_params is None:
             self._reg.scatter()
 
+    @entry_point(torch=("closure",))
     def step_accumulated(self, microbatch_grads, tokens, max_norm=None, *, aligned=None,
                          **unknown):
         """Sum `accumulation_steps` microbatch gradients (accumulate_grads), then step.
 
         aligned: as accumulate_grads takes it (None: an unaligned split is refused in
         numeric_mode="identical"; False: accepted); `aligned_` then says whether it was.
+        Its refusals name the optimizer (mojolike.SGD, ...), as the step's do.
         """
         e = self._ENTRY
-        checks.keywords(f"{e}.step_accumulated", unknown, ("microbatch_grads", "tokens", "max_norm",
-                                                           "aligned"), _STEP_HINTS)
         if not isinstance(microbatch_grads, (list, tuple)) or \
                 len(microbatch_grads) != self.accumulation_steps:
             count = len(microbatch_grads) if isinstance(microbatch_grads, (list, tuple)) else None
@@ -323,18 +303,17 @@ class _Optimizer:
         self.aligned_ = exact  # only once the step went through
         return total
 
-    def zero_grad(self, grads, **unknown) -> None:
+    @entry_point(torch=("set_to_none",))
+    def zero_grad(self, grads, *, entry, **unknown) -> None:
         """Write +0.0 into every gradient (every buffer is checked before the first is written)."""
-        e = f"{self._ENTRY}.zero_grad"
-        checks.keywords(e, unknown, ("grads",), {
-            "set_to_none": "is torch's way to drop .grad tensors; mojolike's gradients are the "
-                           "caller's arrays: zero them (this call) or let them go"})
+        e = entry
         items, _ = as_list(e, "grads", grads)
         views = [checks.as_f32(e, f"grads[{i}]", g, writable=True) for i, g in enumerate(items)]
         for v in views:
             v[...] = np.float32(0.0)
 
     # -- residency (cuda) ---------------------------------------------------------------------
+    @entry_point()
     def params_to_device(self) -> None:
         """Keep the parameters on the GPU between steps (cuda only) until params_to_host()."""
         if not getattr(self._k, "device_resident", False):
@@ -345,6 +324,7 @@ class _Optimizer:
             self._reg.gather()
             self._device_params = cuda.to_device(self._reg.flat)
 
+    @entry_point()
     def params_to_host(self) -> None:
         """Copy device-resident parameters back into the caller's arrays."""
         if self._device_params is not None:
@@ -362,6 +342,7 @@ class _Optimizer:
     def _state_flags(self) -> dict:
         return {}
 
+    @entry_point()
     def state_dict(self) -> dict:
         """t, the per-tensor state (copies), each tensor's step count, the groups' options
         (without params and lr_schedule, as torch leaves schedulers out) and the kind."""
@@ -375,10 +356,10 @@ class _Optimizer:
                              for g in self.param_groups]
         return d
 
-    def load_state_dict(self, state, **unknown) -> None:
+    @entry_point()
+    def load_state_dict(self, state, *, entry, **unknown) -> None:
         """Check `state` whole (kind, t, every array's dtype, shape and values), then copy it in."""
-        e = f"{self._ENTRY}.load_state_dict"
-        checks.keywords(e, unknown, ("state",))
+        e = entry
         arrays, flags = self._state_arrays(), self._state_flags()
         t, staged, staged_flags = check_state_dict(e, state, type(self).__name__, list(arrays),
                                                    list(flags), self._reg.shapes)

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ..core import checks, registry
+from ..core.entry import entry_point, torch_option
 from ..core.refusals import refuse
 from ..oracles import optim as spec
 from ..oracles.fold import pairwise, split_is_exact
@@ -21,8 +22,9 @@ from .params import Registry, as_list
 CLIP_EPS = np.float32(spec.CLIP_EPS)
 
 
+@entry_point("mojolike.clip_grad_norm_")
 def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=True, foreach=None,
-                    numeric_mode=None, backend=None, **unknown) -> float:
+                    numeric_mode=None, backend=None, *, entry, **unknown) -> float:
     """Scale `grads` in place so their global 2-norm is at most `max_norm`; return the total norm.
 
     norm_j = sqrt(sumsq(g_j)) per tensor, total = sqrt(fold([norm_j*norm_j])),
@@ -38,17 +40,14 @@ def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=True, for
     >>> mojolike.clip_grad_norm_(g, 1.0, backend="oracle"), g[0]
     (5.0, array([0.5999999], dtype=float32))
     """
-    e = "mojolike.clip_grad_norm_"
-    checks.keywords(e, unknown, ("grads", "max_norm", "norm_type", "error_if_nonfinite", "foreach",
-                                 "numeric_mode", "backend"))
+    e = entry
     if isinstance(norm_type, str) or checks.exact(e, "norm_type", norm_type) != 2:
         refuse(e, "norm_type", "is not covered; only the 2-norm (norm_type=2.0) is certified",
                value=norm_type)
     if not checks.switch(e, "error_if_nonfinite", error_if_nonfinite):
         refuse(e, "error_if_nonfinite", "is not covered: a non-finite total norm is always an error, "
                "raised before any gradient is scaled", value=False)
-    if foreach is not None and checks.switch(e, "foreach", foreach):
-        refuse(e, "foreach", "is not covered: mojolike runs one certified algorithm", value=foreach)
+    torch_option(e, "foreach", foreach)
     m = checks.real32(e, "max_norm", max_norm, low=0.0)
     k = registry.kernels(e, "optim", backend, numeric_mode)
     # the gradients are the registry here: borrowed, or packed where the kernels take flat arrays only
@@ -63,8 +62,9 @@ def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=True, for
     return float(total)
 
 
+@entry_point("mojolike.get_total_norm")
 def get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False, foreach=None, *,
-                   numeric_mode=None, backend=None, **unknown) -> float:
+                   numeric_mode=None, backend=None, entry, **unknown) -> float:
     """The global 2-norm of `grads` (torch 2.6's torch.nn.utils.get_total_norm), nothing written.
 
     total = sqrt(fold([norm_j*norm_j])) with norm_j = sqrt(sumsq(g_j)): the clip's
@@ -80,15 +80,12 @@ def get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False, foreach=None,
     >>> mojolike.get_total_norm([np.float32([3.0]), None, np.float32([4.0])], backend="oracle")
     5.0
     """
-    e = "mojolike.get_total_norm"
-    checks.keywords(e, unknown, ("grads", "norm_type", "error_if_nonfinite", "foreach",
-                                 "numeric_mode", "backend"))
+    e = entry
     if isinstance(norm_type, str) or checks.exact(e, "norm_type", norm_type) != 2:
         refuse(e, "norm_type", "is not covered; only the 2-norm (norm_type=2.0) is certified",
                value=norm_type)
     strict = checks.switch(e, "error_if_nonfinite", error_if_nonfinite)
-    if foreach is not None and checks.switch(e, "foreach", foreach):
-        refuse(e, "foreach", "is not covered: mojolike runs one certified algorithm", value=foreach)
+    torch_option(e, "foreach", foreach)
     k = registry.kernels(e, "optim", backend, numeric_mode)
     items, listed = as_list(e, "grads", grads, none=True)
     present = [g for g in items if g is not None]
@@ -143,8 +140,9 @@ def check_split(entry: str, tokens: list[int], aligned, numeric_mode: str) -> bo
     return exact
 
 
+@entry_point("mojolike.accumulate_grads")
 def accumulate_grads(microbatch_grads, tokens, *, aligned=None, numeric_mode=None, backend=None,
-                     **unknown):
+                     entry, **unknown):
     """The elementwise sum of microbatch gradients by the pairwise tree, in ascending order.
 
     Each entry is one buffer or a list of buffers (all with one structure); the
@@ -166,9 +164,7 @@ def accumulate_grads(microbatch_grads, tokens, *, aligned=None, numeric_mode=Non
     ...                           backend="oracle").aligned
     False
     """
-    e = "mojolike.accumulate_grads"
-    checks.keywords(e, unknown, ("microbatch_grads", "tokens", "aligned", "numeric_mode",
-                                 "backend"))
+    e = entry
     if not isinstance(microbatch_grads, (list, tuple)) or not microbatch_grads:
         refuse(e, "microbatch_grads", "must be a non-empty list of gradients, one per microbatch")
     counts = check_tokens(e, tokens, len(microbatch_grads))
@@ -207,7 +203,8 @@ def check_tokens(entry: str, tokens, count: int) -> list[int]:
     return [int(t) for t in tokens]
 
 
-def accumulation_is_aligned(tokens, accumulation_steps, **unknown) -> bool:
+@entry_point("mojolike.accumulation_is_aligned")
+def accumulation_is_aligned(tokens, accumulation_steps, *, entry, **unknown) -> bool:
     """True exactly when splitting a fold-sum over tokens into microbatches of these token
     counts, each folded on its own and summed by `accumulate_grads`, gives the unsplit
     sum's bits for every input.
@@ -220,7 +217,6 @@ def accumulation_is_aligned(tokens, accumulation_steps, **unknown) -> bool:
     >>> accumulation_is_aligned([2048] * 4, 4), accumulation_is_aligned([3072] * 2, 2)
     (True, False)
     """
-    e = "mojolike.accumulation_is_aligned"
-    checks.keywords(e, unknown, ("tokens", "accumulation_steps"))
+    e = entry
     steps = checks.integer(e, "accumulation_steps", accumulation_steps, low=1)
     return split_is_exact(check_tokens(e, tokens, steps))

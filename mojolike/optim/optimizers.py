@@ -20,17 +20,17 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import checks
+from ..core.entry import entry_point
 from ..core.pieces import part
 from ..core.refusals import refuse
 from ..oracles import optim as spec
 from .base import (
-    _COMMON,
+    TORCH_OPTIONS,
     _f32or_bool,
     _given,
     _Optimizer,
     _option,
     _read,
-    _refuse_torch_options,
     _scalars_finite,
 )
 
@@ -59,16 +59,13 @@ class SGD(_Optimizer):
     """
 
     _ENTRY = "mojolike.SGD"
-    _OPTIONS = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize") + _COMMON
     _GROUP_OPTIONS = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize",
                       "lr_schedule")
 
+    @entry_point(torch=TORCH_OPTIONS)
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
                  *, maximize=False, lr_schedule=None, accumulation_steps=1, numeric_mode=None,
                  backend=None, **unknown):
-        e = self._ENTRY
-        unknown = _refuse_torch_options(e, unknown)
-        checks.keywords(e, unknown, self._OPTIONS)
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
                     "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize,
                     "lr_schedule": lr_schedule}
@@ -160,20 +157,18 @@ class Adam(_Optimizer):
 
     _ENTRY = "mojolike.Adam"
     _DECOUPLED = False
-    _OPTIONS = ("lr", "betas", "eps", "weight_decay", "maximize", "decoupled_weight_decay") + _COMMON
     _GROUP_OPTIONS = ("lr", "betas", "eps", "weight_decay", "maximize", "lr_schedule")
 
+    @entry_point(torch=TORCH_OPTIONS)
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=None, *,
                  maximize=False, decoupled_weight_decay=None, lr_schedule=None, accumulation_steps=1,
-                 numeric_mode=None, backend=None, **unknown):
-        e = self._ENTRY
+                 numeric_mode=None, backend=None, entry, **unknown):
+        e = entry
         if decoupled_weight_decay is not None:  # torch's Adam(decoupled_weight_decay=True) is AdamW
             decoupled = checks.switch(e, "decoupled_weight_decay", decoupled_weight_decay)
             if self._DECOUPLED and not decoupled:
                 refuse(e, "decoupled_weight_decay", "contradicts AdamW; use mojolike.Adam", value=False)
             self._DECOUPLED = decoupled
-        unknown = _refuse_torch_options(e, unknown)
-        checks.keywords(e, unknown, self._OPTIONS)
         if weight_decay is None:  # torch's defaults: Adam 0, AdamW 0.01
             weight_decay = 0.01 if type(self)._DECOUPLED else 0.0
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,

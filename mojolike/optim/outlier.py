@@ -25,28 +25,26 @@ import numbers
 import numpy as np
 
 from ..core import checks
+from ..core.entry import entry_point
 from ..core.refusals import refuse
-
-_ENTRY = "mojolike.OutlierDetector"
 
 
 class OutlierDetector:
     """llm.c's outlier detector (see the module docstring); `update(x)` returns the z-score."""
 
-    def __init__(self, window=128, **unknown):
-        checks.keywords(_ENTRY, unknown, ("window",))
-        self.window = checks.integer(_ENTRY, "window", window, low=1, high=2**31 - 1)
+    @entry_point()
+    def __init__(self, window=128, *, entry, **unknown):
+        self.window = checks.integer(entry, "window", window, low=1, high=2**31 - 1)
         self._buffer = [0.0] * self.window
         self._count = 0
         self._index = 0
         self._sum = 0.0
         self._sum_sq = 0.0
 
-    def update(self, value, **unknown) -> float:
+    @entry_point()
+    def update(self, value, *, entry, **unknown) -> float:
         """Take one value (a finite or non-finite real); the z-score of it, NaN while filling."""
-        e = f"{_ENTRY}.update"
-        checks.keywords(e, unknown, ("value",))
-        x = _real(e, "value", value)
+        x = _real(entry, "value", value)
         n = self.window
         if self._count < n:  # still building up the window
             self._buffer[self._count] = x
@@ -68,16 +66,16 @@ class OutlierDetector:
             return 0.0
         return (x - mean) / std
 
+    @entry_point()
     def state_dict(self, **unknown) -> dict:
         """Everything the detector holds (copies)."""
-        checks.keywords("mojolike.OutlierDetector.state_dict", unknown, ())
         return {"window": self.window, "buffer": list(self._buffer), "count": self._count,
                 "index": self._index, "sum": self._sum, "sum_sq": self._sum_sq}
 
-    def load_state_dict(self, state, **unknown) -> None:
+    @entry_point()
+    def load_state_dict(self, state, *, entry, **unknown) -> None:
         """Restore a `state_dict()`; every field is checked before any is written."""
-        e = f"{_ENTRY}.load_state_dict"
-        checks.keywords(e, unknown, ("state",))
+        e = entry
         keys = {"window", "buffer", "count", "index", "sum", "sum_sq"}
         if not isinstance(state, dict) or set(state) != keys:
             refuse(e, "state", f"must be a dict with the keys {', '.join(sorted(keys))}")

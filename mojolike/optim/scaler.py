@@ -24,6 +24,7 @@ import numbers
 import numpy as np
 
 from ..core import checks, registry
+from ..core.entry import entry_point
 from ..core.pieces import Pieces
 from ..core.refusals import refuse
 from ..ops.fold import fold
@@ -32,12 +33,11 @@ from .base import _Optimizer
 from .grads import CLIP_EPS, get_total_norm
 from .params import as_list, end_to_end
 
-_ENTRY = "mojolike.GradScaler"
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"  # torch's OptState
-_STEP_OPTIONS = ("optimizer", "grads", "max_norm", "update_gate", "clip")
-_STEP_HINTS = {
-    "closure": "is not supported with an enabled GradScaler (as in torch); compute the loss and "
-               "gradients first, then call step(optimizer, grads)",
+# the optimizer step's options that step(optimizer, grads, ...) passes on
+_STEP_OPTIONS = ("update_gate", "clip")
+# the optimizer step's options the scaler sets itself
+_OWN = {
     "grad_scale": "is the scaler's to set (its inverse scale); unscale the gradients with the "
                   "scaler, or step the optimizer directly",
     "sumsqs": "is the scaler's to set, from its own pass over the gradients",
@@ -72,7 +72,8 @@ def _fold_of(sums, k) -> float:
     return float(fold(np.asarray(sums, np.float32), backend=k.backend, numeric_mode=k.numeric_mode))
 
 
-def grad_checksum(grads, *, backend=None, numeric_mode=None, **unknown) -> float:
+@entry_point("mojolike.grad_checksum")
+def grad_checksum(grads, *, backend=None, numeric_mode=None, entry, **unknown) -> float:
     """The fold of every gradient cell: per tensor the `fold` of its cells, then the fold of
     those sums in list order; None entries (frozen parameters) are skipped.
 
@@ -86,8 +87,7 @@ def grad_checksum(grads, *, backend=None, numeric_mode=None, **unknown) -> float
     >>> mojolike.grad_checksum([np.float32([1.0, 2.0]), None, np.float32([0.5])], backend="oracle")
     3.5
     """
-    e = "mojolike.grad_checksum"
-    checks.keywords(e, unknown, ("grads", "backend", "numeric_mode"))
+    e = entry
     k = registry.kernels(e, "optim", backend, numeric_mode)
     x, offsets, _ = _segments(e, grads, k)
     return _fold_of(k.segment_fold(x, offsets), k)
@@ -178,13 +178,11 @@ class GradScaler:
     (2.0, array([0.5, 2.5], dtype=float32))
     """
 
+    @entry_point(torch=("device",))
     def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
-                 growth_interval=2000, enabled=True, *, backend=None, numeric_mode=None, **unknown):
-        e = _ENTRY
-        checks.keywords(e, unknown, ("init_scale", "growth_factor", "backoff_factor",
-                                     "growth_interval", "enabled", "backend", "numeric_mode"),
-                        {"device": "is torch's device type; mojolike takes backend= (and follows "
-                                   "the optimizer's backend when it is not given)"})
+                 growth_interval=2000, enabled=True, *, backend=None, numeric_mode=None, entry,
+                 **unknown):
+        e = entry
         self._enabled = checks.switch(e, "enabled", enabled)
         self._scale = _scale_value(e, "init_scale", init_scale)
         self._growth_factor = _factor(e, "growth_factor", growth_factor, above_one=True)
@@ -198,11 +196,11 @@ class GradScaler:
         self._states: dict[int, dict] = {}
 
     # -- scaling ----------------------------------------------------------------------------------
-    def scale(self, outputs, **unknown):
+    @entry_point()
+    def scale(self, outputs, *, entry, **unknown):
         """outputs * scale in float32: a real number (returned as numpy.float32), a float32
         array (a new array), or a list/tuple of them; unchanged when disabled."""
-        e = f"{_ENTRY}.scale"
-        checks.keywords(e, unknown, ("outputs",))
+        e = entry
         if not self._enabled:
             return outputs
         return self._scaled(e, "outputs", outputs)
@@ -241,11 +239,11 @@ class GradScaler:
                                        "optimizer": optimizer}
 
     # -- unscale_, step, update -------------------------------------------------------------------
-    def unscale_(self, optimizer, grads, **unknown) -> None:
+    @entry_point()
+    def unscale_(self, optimizer, grads, *, entry, **unknown) -> None:
         """Multiply `grads` in place by inv_scale (the optimizer's kernels) and record whether
         their checksum is finite; once per optimizer between updates, before step."""
-        e = f"{_ENTRY}.unscale_"
-        checks.keywords(e, unknown, ("optimizer", "grads"))
+        e = entry
         if not self._enabled:
             return
         k = self._kernels(e, optimizer)
@@ -264,16 +262,15 @@ class GradScaler:
         checksum = _fold_of(k.segment_fold(x, offsets), k)
         self._record(optimizer, _UNSCALED, not math.isfinite(checksum))
 
-    def step(self, optimizer, grads, max_norm=None, **step_kwargs):
+    @entry_point(also=_STEP_OPTIONS, torch=("closure",), refuses=_OWN)
+    def step(self, optimizer, grads, max_norm=None, *, entry, **step_kwargs):
         """Step `optimizer` with `grads` read as g * inv_scale, or skip the step (nothing is
         written) when their checksum is non-finite; returns the step's result (None if skipped).
 
         step_kwargs: update_gate, and clip (after unscale_ only; the scaler's own step
         folds the clip into the read). Without unscale_, the buffers are left unchanged.
         """
-        e = f"{_ENTRY}.step"
-        checks.keywords(e, {k: v for k, v in step_kwargs.items() if k not in _STEP_OPTIONS},
-                        _STEP_OPTIONS, _STEP_HINTS)
+        e = entry
         if not self._enabled:
             return optimizer.step(grads, max_norm, **step_kwargs)
         k = self._kernels(e, optimizer)
@@ -347,11 +344,11 @@ class GradScaler:
             out.append(g)
         return out if listed else out[0]
 
-    def update(self, new_scale=None, **unknown) -> None:
+    @entry_point()
+    def update(self, new_scale=None, *, entry, **unknown) -> None:
         """Back off after a skipped step, grow after growth_interval steps without one, or set
         new_scale; then start a new iteration (every optimizer ready again)."""
-        e = f"{_ENTRY}.update"
-        checks.keywords(e, unknown, ("new_scale",))
+        e = entry
         if not self._enabled:
             return
         if new_scale is not None:
@@ -383,56 +380,54 @@ class GradScaler:
         self._states = {}
 
     # -- accessors and state ----------------------------------------------------------------------
+    @entry_point()
     def get_scale(self, **unknown) -> float:
         """The current scale as a Python float (1.0 when disabled)."""
-        checks.keywords(f"{_ENTRY}.get_scale", unknown, ())
         return self._scale if self._enabled else 1.0
 
+    @entry_point()
     def get_growth_factor(self, **unknown) -> float:
-        checks.keywords(f"{_ENTRY}.get_growth_factor", unknown, ())
         return self._growth_factor
 
-    def set_growth_factor(self, new_factor, **unknown) -> None:
-        checks.keywords(f"{_ENTRY}.set_growth_factor", unknown, ("new_factor",))
-        self._growth_factor = _factor(f"{_ENTRY}.set_growth_factor", "new_factor", new_factor,
-                                      above_one=True)
+    @entry_point()
+    def set_growth_factor(self, new_factor, *, entry, **unknown) -> None:
+        self._growth_factor = _factor(entry, "new_factor", new_factor, above_one=True)
 
+    @entry_point()
     def get_backoff_factor(self, **unknown) -> float:
-        checks.keywords(f"{_ENTRY}.get_backoff_factor", unknown, ())
         return self._backoff_factor
 
-    def set_backoff_factor(self, new_factor, **unknown) -> None:
-        checks.keywords(f"{_ENTRY}.set_backoff_factor", unknown, ("new_factor",))
-        self._backoff_factor = _factor(f"{_ENTRY}.set_backoff_factor", "new_factor", new_factor,
-                                       above_one=False)
+    @entry_point()
+    def set_backoff_factor(self, new_factor, *, entry, **unknown) -> None:
+        self._backoff_factor = _factor(entry, "new_factor", new_factor, above_one=False)
 
+    @entry_point()
     def get_growth_interval(self, **unknown) -> int:
-        checks.keywords(f"{_ENTRY}.get_growth_interval", unknown, ())
         return self._growth_interval
 
-    def set_growth_interval(self, new_interval, **unknown) -> None:
-        checks.keywords(f"{_ENTRY}.set_growth_interval", unknown, ("new_interval",))
-        self._growth_interval = _interval(f"{_ENTRY}.set_growth_interval", new_interval)
+    @entry_point()
+    def set_growth_interval(self, new_interval, *, entry, **unknown) -> None:
+        self._growth_interval = _interval(entry, new_interval)
 
+    @entry_point()
     def is_enabled(self, **unknown) -> bool:
-        checks.keywords(f"{_ENTRY}.is_enabled", unknown, ())
         return self._enabled
 
+    @entry_point()
     def state_dict(self, **unknown) -> dict:
         """torch's keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker
         (an empty dict when disabled); load_state_dict takes every state update() can reach."""
-        checks.keywords(f"{_ENTRY}.state_dict", unknown, ())
         if not self._enabled:
             return {}
         return {"scale": self._scale, "growth_factor": self._growth_factor,
                 "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
                 "_growth_tracker": self._growth_tracker}
 
-    def load_state_dict(self, state_dict, **unknown) -> None:
+    @entry_point()
+    def load_state_dict(self, state_dict, *, entry, **unknown) -> None:
         """Restore a state_dict(); every entry is checked before any is set (a no-op when
         disabled)."""
-        e = f"{_ENTRY}.load_state_dict"
-        checks.keywords(e, unknown, ("state_dict",))
+        e = entry
         if not self._enabled:
             return
         if not isinstance(state_dict, dict):

@@ -26,6 +26,7 @@ import zipfile
 import numpy as np
 
 from ..core import checks
+from ..core.entry import entry_point
 from ..core.files import archive_index, npy_data, npy_header, npz_path, write_npz
 from ..core.refusals import Refusal, refuse
 
@@ -137,11 +138,11 @@ def _check_saved(entry: str, state) -> dict:
     return arrays
 
 
-def save_state(path, state, **unknown) -> None:
+@entry_point("mojolike.save_state")
+def save_state(path, state, *, entry, **unknown) -> None:
     """Write a state_dict to an .npz file (no pickle); `.npz` is added when the path lacks it.
     The file is written to a temporary name beside it and renamed, so it is whole or absent."""
-    e = "mojolike.save_state"
-    checks.keywords(e, unknown, ("path", "state"))
+    e = entry
     p = npz_path(e, path)
     arrays = _check_saved(e, state)
     write_npz(e, p, arrays, path, prefix=".mojolike-state-")
@@ -196,12 +197,12 @@ def _read(f, file_size: int) -> dict:
     return state
 
 
-def load_state(path, **unknown) -> dict:
+@entry_point("mojolike.load_state")
+def load_state(path, *, entry, **unknown) -> dict:
     """Read a state_dict written by save_state (no pickle); `.npz` is added when the path lacks
     it. A file that is not such a state (damaged, truncated, another .npz, hostile headers) is
     refused by name."""
-    e = "mojolike.load_state"
-    checks.keywords(e, unknown, ("path",))
+    e = entry
     p = npz_path(e, path)
     try:
         with open(p, "rb") as f:

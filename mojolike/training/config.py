@@ -10,10 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import checks
+from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..oracles.fold import CHUNK
-
-_E = "mojolike.train.TrainConfig"
 
 
 @dataclass(frozen=True, init=False)
@@ -52,6 +51,7 @@ class TrainConfig:
     (32, 2048, True)
     """
 
+    _ENTRY = "mojolike.train.TrainConfig"
     steps: int = 200
     d_model: int = 32
     d_hidden: int | None = None
@@ -76,34 +76,35 @@ class TrainConfig:
     dropout_seed: int = 1
     overflow_steps: tuple = ()
 
-    def __init__(self, **options):
-        names = [f.name for f in dataclasses.fields(self)]
-        checks.keywords(_E, {k: v for k, v in options.items() if k not in names}, tuple(names))
+    # the keywords are the fields, known once the class is made
+    @entry_point(takes=lambda: [f.name for f in dataclasses.fields(TrainConfig)])
+    def __init__(self, *, entry, **options):
         values = {f.name: options.get(f.name, f.default) for f in dataclasses.fields(self)}
-        for name, value in _checked(values).items():
+        for name, value in _checked(entry, values).items():
             object.__setattr__(self, name, value)
 
     @property
     def tokens_per_step(self) -> int:
         return self.batch_size * self.seq_len
 
+    @entry_point()
     def to_dict(self, **unknown) -> dict:
         """The configuration as plain JSON values (tuples as lists; every real a float)."""
-        checks.keywords(f"{_E}.to_dict", unknown, ())
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
+    @entry_point()
     def from_dict(cls, d, **unknown) -> TrainConfig:
         """The configuration `to_dict` wrote (unknown keys are refused by name)."""
-        checks.keywords(f"{_E}.from_dict", unknown, ("d",))
         if not isinstance(d, dict):
-            refuse(_E, "config", f"must be a dict as to_dict() returns, not {type(d).__name__}")
+            refuse(cls._ENTRY, "config", f"must be a dict as to_dict() returns, not "
+                                         f"{type(d).__name__}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
+    @entry_point()
     def key(self, **unknown) -> str:
         """The configuration as canonical JSON (what a checkpoint and a run card name): the
         same text for every spelling of the same binary32 values (lr=1, 1.0, 1.00000001)."""
-        checks.keywords(f"{_E}.key", unknown, ())
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
 
@@ -116,9 +117,8 @@ def _shortest(r: float) -> float:
     return d if same else r  # a decimal that double rounding moves: the exact value instead
 
 
-def _checked(v: dict) -> dict:
+def _checked(e: str, v: dict) -> dict:
     """Every option checked (refused by its name), in the form the run uses."""
-    e = _E
     whole = lambda name, low=1, high=None: checks.integer(e, name, v[name], low=low, high=high)
     out = dict(v)
     for name in ("steps", "d_model", "batch_size", "seq_len", "microbatches", "growth_interval",

@@ -32,24 +32,24 @@ from pathlib import Path
 import numpy as np
 
 from ..core import checks
+from ..core.entry import entry_point
 from ..core.refusals import refuse
 
 VOCAB = 256  # byte-level
-_E = "mojolike.data"
 SHIPPED = Path(__file__).resolve().parents[1] / "text" / "topics.txt"
 
 
+@entry_point("mojolike.data.shipped_text")
 def shipped_text(**unknown) -> bytes:
     """The shipped text's bytes: `mojolike/text/topics.txt` after its header line."""
-    checks.keywords("mojolike.data.shipped_text", unknown, ())
     raw = SHIPPED.read_bytes()
     return raw[raw.index(b"\n") + 1:]
 
 
+@entry_point("mojolike.data.pydoc_text")
 def pydoc_text(**unknown) -> bytes:
     """The topics of the running Python's `pydoc_data.topics`, in sorted key order, concatenated,
     as UTF-8 bytes (the source of the shipped text; it differs between Python versions)."""
-    checks.keywords("mojolike.data.pydoc_text", unknown, ())
     from pydoc_data.topics import topics
     return "".join(topics[k] for k in sorted(topics)).encode("utf-8")
 
@@ -67,37 +67,39 @@ class TextStream:
     (3, [[103, 104, 105], [97, 98, 99]])
     """
 
-    def __init__(self, text=None, **unknown):
-        checks.keywords(f"{_E}.TextStream", unknown, ("text",))
+    _ENTRY = "mojolike.data.TextStream"
+
+    @entry_point()
+    def __init__(self, text=None, *, entry, **unknown):
         raw = shipped_text() if text is None else text
         if not isinstance(raw, (bytes, bytearray)) or len(raw) < 2:
-            refuse(f"{_E}.TextStream", "text", "must be bytes with at least 2 bytes (one token and "
-                                               "its target)")
+            refuse(entry, "text", "must be bytes with at least 2 bytes (one token and its target)")
         self.tokens = np.frombuffer(bytes(raw), np.uint8)  # read-only: shared by every batch
         self.md5 = hashlib.md5(self.tokens.tobytes()).hexdigest()
 
     def __len__(self) -> int:
         return self.tokens.size
 
-    def num_windows(self, seq_len, **unknown) -> int:
+    @entry_point()
+    def num_windows(self, seq_len, *, entry, **unknown) -> int:
         """W = (len - 1) div seq_len: the windows whose targets lie inside the text."""
-        e = f"{_E}.TextStream.num_windows"
-        checks.keywords(e, unknown, ("seq_len",))
-        return (self.tokens.size - 1) // self._seq_len(e, seq_len)
+        return (self.tokens.size - 1) // self._seq_len(entry, seq_len)
 
-    def windows(self, first_row, rows, seq_len, **unknown) -> tuple[np.ndarray, np.ndarray]:
+    @entry_point()
+    def windows(self, first_row, rows, seq_len, *, entry,
+                **unknown) -> tuple[np.ndarray, np.ndarray]:
         """(tokens, targets), each (rows, seq_len) int64: rows first_row .. first_row + rows - 1
         of the run, row r being window r mod W."""
-        e = f"{_E}.TextStream.windows"
-        checks.keywords(e, unknown, ("first_row", "rows", "seq_len"))
+        e = entry
         return self._windows(e, checks.integer(e, "first_row", first_row, low=0),
                              checks.integer(e, "rows", rows, low=1), seq_len)
 
-    def batch(self, step, batch_size, seq_len, **unknown) -> tuple[np.ndarray, np.ndarray]:
+    @entry_point("mojolike.data.batch")
+    def batch(self, step, batch_size, seq_len, *, entry,
+              **unknown) -> tuple[np.ndarray, np.ndarray]:
         """(tokens, targets) of step `step` (counted from 0: the steps taken before it), each
         (batch_size, seq_len) int64: rows step * batch_size .. + batch_size - 1."""
-        e = f"{_E}.batch"
-        checks.keywords(e, unknown, ("step", "batch_size", "seq_len"))
+        e = entry
         s = checks.integer(e, "step", step, low=0)
         b = checks.integer(e, "batch_size", batch_size, low=1)
         return self._windows(e, s * b, b, seq_len)
@@ -114,9 +116,9 @@ class TextStream:
         return np.ascontiguousarray(span[:, :-1]), np.ascontiguousarray(span[:, 1:])
 
 
+@entry_point("mojolike.data.default_stream")
 def default_stream(**unknown) -> TextStream:
     """The `shipped_text()` stream, read once per process."""
-    checks.keywords("mojolike.data.default_stream", unknown, ())
     return _default_stream()
 
 
@@ -125,6 +127,8 @@ def _default_stream() -> TextStream:
     return TextStream()
 
 
+# one entry point with the stream's batch, which it forwards to
+@entry_point(TextStream.batch.__entry__.name)
 def batch(step, batch_size, seq_len, **unknown) -> tuple[np.ndarray, np.ndarray]:
     """`default_stream().batch(step, batch_size, seq_len)`: the shipped text's windows."""
-    return default_stream().batch(step, batch_size, seq_len, **unknown)
+    return default_stream().batch(step, batch_size, seq_len)

@@ -12,19 +12,19 @@ from fractions import Fraction
 import numpy as np
 
 from ..core import checks
+from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..ops.rng import Generator
 from ..oracles.scalars import round_sqrt_fraction
 from .tape import Tape, Value
 
-_E = "mojolike.models.TinyLM"
 IGNORE_INDEX = -100  # torch's default, and the head's
 
 
+@entry_point("mojolike.models.linear_bound")
 def linear_bound(fan_in: int, **unknown) -> float:
     """torch's nn.Linear bound 1/sqrt(fan_in) (kaiming_uniform with a=sqrt(5) for the weight,
     the same bound for the bias), as the float32 nearest its exact value."""
-    checks.keywords("mojolike.models.linear_bound", unknown, ("fan_in",))
     return round_sqrt_fraction(Fraction(1, fan_in))
 
 
@@ -74,22 +74,23 @@ class TinyLM:
     True
     """
 
+    _ENTRY = "mojolike.models.TinyLM"
     NAMES = ("embed.weight", "norm1.weight", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
              "norm2.weight", "head.weight")
 
+    @entry_point()
     def __init__(self, d_model=64, d_hidden=None, vocab=256, dropout=0.0, eps=None,
-                 chunk_size=4096, seed=0, *, backend=None, numeric_mode=None, **unknown):
-        checks.keywords(_E, unknown, ("d_model", "d_hidden", "vocab", "dropout", "eps",
-                                      "chunk_size", "seed", "backend", "numeric_mode"))
-        d = checks.integer(_E, "d_model", d_model, low=1)
-        h = 4 * d if d_hidden is None else checks.integer(_E, "d_hidden", d_hidden, low=1)
-        v = checks.integer(_E, "vocab", vocab, low=1)
-        self.dropout = checks.real32(_E, "dropout", dropout, low=0.0, high=1.0, high_open=True,
+                 chunk_size=4096, seed=0, *, backend=None, numeric_mode=None, entry, **unknown):
+        e = entry
+        d = checks.integer(e, "d_model", d_model, low=1)
+        h = 4 * d if d_hidden is None else checks.integer(e, "d_hidden", d_hidden, low=1)
+        v = checks.integer(e, "vocab", vocab, low=1)
+        self.dropout = checks.real32(e, "dropout", dropout, low=0.0, high=1.0, high_open=True,
                                      what="in [0, 1)")
-        self.eps = None if eps is None else checks.real32(_E, "eps", eps, low=0.0)
-        self.chunk_size = checks.integer(_E, "chunk_size", chunk_size, low=1024)
+        self.eps = None if eps is None else checks.real32(e, "eps", eps, low=0.0)
+        self.chunk_size = checks.integer(e, "chunk_size", chunk_size, low=1024)
         if self.chunk_size % 1024:
-            refuse(_E, "chunk_size", "must be a multiple of 1024", value=chunk_size)
+            refuse(e, "chunk_size", "must be a multiple of 1024", value=chunk_size)
         self.d_model, self.d_hidden, self.vocab = d, h, v
         g = Generator(seed, backend=backend, numeric_mode=numeric_mode)
         self.seed = g.seed
@@ -114,21 +115,21 @@ class TinyLM:
                 "dropout": self.dropout, "eps": self.eps, "chunk_size": self.chunk_size,
                 "seed": self.seed}
 
+    @entry_point()
     def parameters(self, **unknown) -> list[np.ndarray]:
         """The parameter arrays in the fixed order of `NAMES` (the model's own: update in place)."""
-        checks.keywords(f"{_E}.parameters", unknown, ())
         return list(self._params)
 
+    @entry_point()
     def named_parameters(self, **unknown) -> list[tuple[str, np.ndarray]]:
-        checks.keywords(f"{_E}.named_parameters", unknown, ())
         return list(zip(self.NAMES, self._params))
 
-    def register(self, tape, **unknown) -> tuple[Value, ...]:
+    @entry_point()
+    def register(self, tape, *, entry, **unknown) -> tuple[Value, ...]:
         """The parameters as `tape.param`s, registered once per tape in `parameters()` order
         (again after a reset_to that dropped them). Call it before `tape.mark()` so a step's
         reset keeps them; `forward` calls it too."""
-        e = f"{_E}.register"
-        checks.keywords(e, unknown, ("tape",))
+        e = entry
         if not isinstance(tape, Tape):
             refuse(e, "tape", f"must be a mojolike.Tape, not {type(tape).__name__}")
         handles = self._registered.get(tape)
@@ -137,18 +138,16 @@ class TinyLM:
             self._registered[tape] = handles
         return handles
 
+    @entry_point()
     def forward(self, tape, tokens, targets, generator_for_dropout=None, training=True, *,
                 dropout_stream=None, row_offset=0, num_items=None, reduction="mean",
-                **unknown) -> Value:
+                entry, **unknown) -> Value:
         """The loss Value of (batch, seq_len) integer `tokens` against `targets` (same shape;
         IGNORE_INDEX rows are ignored). Dropout runs when `training` and p > 0, drawn from
         `generator_for_dropout` on `dropout_stream` (None: its next stream) at stream
         positions from row_offset * seq_len * d_model. `num_items` and `reduction` ('mean',
         'sum') go to the head. Everything is checked before the tape is touched."""
-        e = f"{_E}.forward"
-        checks.keywords(e, unknown, ("tape", "tokens", "targets", "generator_for_dropout",
-                                     "training", "dropout_stream", "row_offset", "num_items",
-                                     "reduction"))
+        e = entry
         if not isinstance(tape, Tape):
             refuse(e, "tape", f"must be a mojolike.Tape, not {type(tape).__name__}")
         tok = _indices(e, "tokens", tokens, self.vocab)

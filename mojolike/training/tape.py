@@ -17,6 +17,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..core import checks, registry
+from ..core.entry import entry_point
 from ..core.refusals import Refusal, refuse
 from ..ops.fold import fold
 from ..ops.head import chunked_lm_head_loss
@@ -33,7 +34,6 @@ from ..ops.loss import cross_entropy
 from ..ops.rng import TWO64, Generator
 from ..oracles import f32
 
-_E = "mojolike.Tape"
 # options the tape sets itself, so a caller's value would be ignored or contradicted
 _LOSS_OWN = {
     "return_grad": "is set by the tape (the gradient is computed in the forward and kept for "
@@ -41,6 +41,15 @@ _LOSS_OWN = {
     "backend": "is the tape's: pass backend= to Tape()",
     "numeric_mode": "is the tape's: pass numeric_mode= to Tape()",
 }
+
+
+def _loss_keywords(fn) -> tuple[str, ...]:
+    """The options of the loss `fn` a tape's loss op passes on: its parameters with a default,
+    but the tape's own (the tape's op refuses those with the reason)."""
+    return tuple(n for n, p in inspect.signature(fn).parameters.items()
+                 if p.default is not p.empty and n not in _LOSS_OWN)
+
+
 # the ops whose nodes keep gradients computed in the forward (handed to the caller once freed)
 _KEEPS_GRADIENTS = ("cross_entropy", "chunked_lm_head_loss")
 
@@ -53,6 +62,7 @@ class Value:
     holds it."""
 
     __slots__ = ("data", "requires_grad", "_tape", "_index", "_node", "_kind", "__weakref__")
+    _ENTRY = "mojolike.Tape.Value"
 
     def __init__(self, data, requires_grad, tape, index, node, kind):
         self.data, self.requires_grad = data, requires_grad
@@ -62,12 +72,11 @@ class Value:
     def shape(self) -> tuple[int, ...]:
         return self.data.shape
 
-    def item(self, **unknown) -> float:
+    @entry_point()
+    def item(self, *, entry, **unknown) -> float:
         """The value of a one-element Value as a Python float (the float32 value, exactly)."""
-        checks.keywords("mojolike.Tape.Value.item", unknown, ())
         if self.data.size != 1:
-            refuse("mojolike.Tape.Value.item", "value", f"has shape {self.shape}; item() needs "
-                                                        f"one element")
+            refuse(entry, "value", f"has shape {self.shape}; item() needs one element")
         return float(self.data.reshape(-1)[0])
 
     def __repr__(self) -> str:
@@ -131,9 +140,9 @@ class Tape:
     1
     """
 
-    def __init__(self, backend=None, numeric_mode=None, **unknown):
-        checks.keywords(_E, unknown, ("backend", "numeric_mode"))
-        self.backend, self.numeric_mode = registry.resolve(_E, backend, numeric_mode)
+    @entry_point()
+    def __init__(self, backend=None, numeric_mode=None, *, entry, **unknown):
+        self.backend, self.numeric_mode = registry.resolve(entry, backend, numeric_mode)
         self._on = dict(backend=self.backend, numeric_mode=self.numeric_mode)
         # position -> weak reference: the tape finds its values (reset_to) without keeping them
         self._values: dict[int, weakref.ref] = {}
@@ -151,10 +160,10 @@ class Tape:
         return tuple(self._params)
 
     # -- leaves -------------------------------------------------------------------------------
-    def param(self, array, **unknown) -> Value:
+    @entry_point()
+    def param(self, array, *, entry, **unknown) -> Value:
         """Register a float32 array as a parameter (borrowed: the Value's data is the array)."""
-        e = f"{_E}.param"
-        checks.keywords(e, unknown, ("array",))
+        e = entry
         a = _borrow(e, array)
         for i, p in enumerate(self._params):
             if np.may_share_memory(p.data, a):
@@ -164,11 +173,10 @@ class Tape:
         self._params.append(v)
         return v
 
-    def const(self, array, **unknown) -> Value:
+    @entry_point()
+    def const(self, array, *, entry, **unknown) -> Value:
         """A float32 array no gradient flows to (borrowed: keep it unchanged until backward)."""
-        e = f"{_E}.const"
-        checks.keywords(e, unknown, ("array",))
-        return self._leaf(_borrow(e, array), False, "const")
+        return self._leaf(_borrow(entry, array), False, "const")
 
     def _leaf(self, a, requires_grad, kind) -> Value:
         return self._register(Value(a, requires_grad, self, self._next, None, kind))
@@ -187,16 +195,16 @@ class Tape:
         return [v for v in (r() for r in self._values.values()) if v is not None]
 
     # -- the arena ----------------------------------------------------------------------------
+    @entry_point()
     def mark(self, **unknown) -> int:
         """The current position: `reset_to` it to drop everything made after this call."""
-        checks.keywords(f"{_E}.mark", unknown, ())
         return self._next
 
-    def reset_to(self, mark, **unknown) -> None:
+    @entry_point()
+    def reset_to(self, mark, *, entry, **unknown) -> None:
         """Drop every value, node and parameter made after `mark`; their handles become
         unusable (refused by name), and their buffers are released."""
-        e = f"{_E}.reset_to"
-        checks.keywords(e, unknown, ("mark",))
+        e = entry
         m = checks.integer(e, "mark", mark, low=0, high=self._next,
                            what=f"a position from mark(), at most {self._next} here")
         for i in [i for i in self._values if i >= m]:
@@ -207,10 +215,10 @@ class Tape:
         self._params = [p for p in self._params if p._index < m]
 
     # -- ops ----------------------------------------------------------------------------------
-    def linear(self, x, weight, bias=None, **unknown) -> Value:
+    @entry_point()
+    def linear(self, x, weight, bias=None, *, entry, **unknown) -> Value:
         """`mojolike.linear(x, weight, bias)`; backward by `mojolike.linear_backward`."""
-        e = f"{_E}.linear"
-        checks.keywords(e, unknown, ("x", "weight", "bias"))
+        e = entry
         ins = [self._own(e, "x", x), self._own(e, "weight", weight)]
         if bias is not None:
             ins.append(self._own(e, "bias", bias))
@@ -218,11 +226,11 @@ class Tape:
             y = linear(*(v.data for v in ins), **self._on)
         return self._push("linear", y, ins, None)
 
-    def embedding(self, ids, weight, padding_idx=None, **unknown) -> Value:
+    @entry_point()
+    def embedding(self, ids, weight, padding_idx=None, *, entry, **unknown) -> Value:
         """`mojolike.embedding(ids, weight, padding_idx)`, ids a plain integer array (at least
         1-D, copied); backward by `mojolike.embedding_backward`."""
-        e = f"{_E}.embedding"
-        checks.keywords(e, unknown, ("ids", "weight", "padding_idx"))
+        e = entry
         if isinstance(ids, Value):
             refuse(e, "ids", "must be a plain integer array, not a Value: no gradient flows to ids")
         w = self._own(e, "weight", weight)
@@ -232,10 +240,10 @@ class Tape:
             refuse(e, "ids", "must have at least one dimension (the gradient has rows)", value=ids)
         return self._push("embedding", y, [w], (np.array(ids, copy=True), padding_idx))
 
-    def rms_norm(self, x, weight=None, eps=None, **unknown) -> Value:
+    @entry_point()
+    def rms_norm(self, x, weight=None, eps=None, *, entry, **unknown) -> Value:
         """`mojolike.rms_norm(x, weight, eps)`; backward by `mojolike.rms_norm_backward`."""
-        e = f"{_E}.rms_norm"
-        checks.keywords(e, unknown, ("x", "weight", "eps"))
+        e = entry
         ins = [self._own(e, "x", x)]
         if weight is not None:
             ins.append(self._own(e, "weight", weight))
@@ -243,34 +251,34 @@ class Tape:
             y = rms_norm(ins[0].data, None if weight is None else ins[1].data, eps, **self._on)
         return self._push("rms_norm", y, ins, eps)
 
-    def relu(self, x, **unknown) -> Value:
+    @entry_point()
+    def relu(self, x, *, entry, **unknown) -> Value:
         """`mojolike.relu(x)`; backward: +0.0 where relu(x) <= 0, else the upstream gradient
         (torch's threshold_backward: a select, so a NaN input passes its gradient)."""
-        e = f"{_E}.relu"
-        checks.keywords(e, unknown, ("x",))
+        e = entry
         a = self._own(e, "x", x)
         with _as(e):
             y = relu(a.data, **self._on)
         return self._push("relu", y, [a], None)
 
-    def add(self, a, b, **unknown) -> Value:
+    @entry_point()
+    def add(self, a, b, *, entry, **unknown) -> Value:
         """a + b elementwise, same shapes (residuals); the gradient goes to both."""
-        e = f"{_E}.add"
-        u, v = self._pair(e, a, b, unknown)
+        u, v = self._pair(entry, a, b)
         return self._push("add", _binary(np.add, u.data, v.data), [u, v], None)
 
-    def mul(self, a, b, **unknown) -> Value:
+    @entry_point()
+    def mul(self, a, b, *, entry, **unknown) -> Value:
         """a * b elementwise, same shapes; gradients dy * b and dy * a (one rounding each)."""
-        e = f"{_E}.mul"
-        u, v = self._pair(e, a, b, unknown)
+        u, v = self._pair(entry, a, b)
         return self._push("mul", _binary(np.multiply, u.data, v.data), [u, v], None)
 
-    def dropout(self, x, generator, p, *, offset=0, stream=None, **unknown) -> Value:
+    @entry_point()
+    def dropout(self, x, generator, p, *, offset=0, stream=None, entry, **unknown) -> Value:
         """`generator.dropout(x, p, offset, stream)` computed on the tape's backend and mode:
         element i keyed by (seed, stream, offset + i), the stream taken from the generator
         as its own dropout takes it; backward replays the key there."""
-        e = f"{_E}.dropout"
-        checks.keywords(e, unknown, ("x", "generator", "p", "offset", "stream"))
+        e = entry
         a = self._own(e, "x", x)
         if not isinstance(generator, Generator):
             refuse(e, "generator", f"must be a mojolike.Generator, not {type(generator).__name__}")
@@ -296,41 +304,43 @@ class Tape:
             y, key = here.dropout(x, p, offset=offset, stream=taken)
         return here, y, key
 
-    def cross_entropy(self, logits, targets, **options) -> Value:
+    @entry_point(also=_loss_keywords(cross_entropy), refuses=_LOSS_OWN)
+    def cross_entropy(self, logits, targets, *, entry, **options) -> Value:
         """`mojolike.cross_entropy(logits, targets, **options)` with reduction 'mean' (default)
         or 'sum': a scalar; its gradient is computed here and kept for backward."""
-        e = f"{_E}.cross_entropy"
-        _loss_options(e, options, cross_entropy)
+        e = entry
+        _reduction(e, options)
         z = self._own(e, "logits", logits)
         with _as(e):
             loss, dz = cross_entropy(z.data, targets, return_grad=True, **options, **self._on)
         return self._push("cross_entropy", np.array(loss, np.float32), [z], (dz,))
 
-    def chunked_lm_head_loss(self, hidden, weight, targets, **options) -> Value:
+    @entry_point(also=_loss_keywords(chunked_lm_head_loss), refuses=_LOSS_OWN)
+    def chunked_lm_head_loss(self, hidden, weight, targets, *, entry, **options) -> Value:
         """`mojolike.chunked_lm_head_loss(hidden, weight, targets, **options)`, reduction 'mean'
         or 'sum': a scalar; d_hidden and d_weight are computed here and kept for backward."""
-        e = f"{_E}.chunked_lm_head_loss"
-        _loss_options(e, options, chunked_lm_head_loss)
+        e = entry
+        _reduction(e, options)
         h, w = self._own(e, "hidden", hidden), self._own(e, "weight", weight)
         with _as(e):
             loss, dh, dw = chunked_lm_head_loss(h.data, w.data, targets, return_grad=True,
                                                 **options, **self._on)
         return self._push("chunked_lm_head_loss", np.array(loss, np.float32), [h, w], (dh, dw))
 
-    def sum(self, x, **unknown) -> Value:
+    @entry_point()
+    def sum(self, x, *, entry, **unknown) -> Value:
         """The `fold` of every element: a scalar; backward broadcasts the upstream gradient."""
-        e = f"{_E}.sum"
-        checks.keywords(e, unknown, ("x",))
+        e = entry
         a = self._own(e, "x", x)
         with _as(e):
             s = fold(a.data, **self._on)
         return self._push("sum", np.array(s, np.float32), [a], None)
 
-    def mean(self, x, **unknown) -> Value:
+    @entry_point()
+    def mean(self, x, *, entry, **unknown) -> Value:
         """fold(x) / n, n the element count rounded once to float32; backward broadcasts
         (upstream / n), one rounding."""
-        e = f"{_E}.mean"
-        checks.keywords(e, unknown, ("x",))
+        e = entry
         a = self._own(e, "x", x)
         with _as(e):
             s = fold(a.data, **self._on)
@@ -338,7 +348,9 @@ class Tape:
         return self._push("mean", np.array(f32.div(float(s), n), np.float32), [a], n)
 
     # -- backward -----------------------------------------------------------------------------
-    def backward(self, loss, seed=1.0, retain_graph=False, **unknown) -> list[np.ndarray | None]:
+    @entry_point()
+    def backward(self, loss, seed=1.0, retain_graph=False, *, entry,
+                 **unknown) -> list[np.ndarray | None]:
         """The gradients of `seed * loss` with respect to the parameters, in registration order
         (None where the loss does not reach a parameter). `loss` a scalar Value of this tape,
         `seed` a finite real rounded to float32 (a -0.0 stays -0.0). Every gradient is a new
@@ -349,8 +361,7 @@ class Tape:
         their inputs; a later backward through them is refused); True keeps it for
         another backward. A backward that raises (a refusal, an interrupt) frees nothing
         and changes nothing the graph kept."""
-        e = f"{_E}.backward"
-        checks.keywords(e, unknown, ("loss", "seed", "retain_graph"))
+        e = entry
         top = self._own(e, "loss", loss)
         if top.shape != ():
             refuse(e, "loss", f"has shape {top.shape}; backward starts from a scalar (reduce it "
@@ -489,8 +500,7 @@ class Tape:
             refuse(e, name, "belongs to another tape")
         return v
 
-    def _pair(self, e: str, a, b, unknown) -> tuple[Value, Value]:
-        checks.keywords(e, unknown, ("a", "b"))
+    def _pair(self, e: str, a, b) -> tuple[Value, Value]:
         u, v = self._own(e, "a", a), self._own(e, "b", b)
         if u.shape != v.shape:
             refuse(e, "b", f"has shape {v.shape} but a has shape {u.shape}; {e} needs equal "
@@ -520,15 +530,7 @@ def _as(entry: str):
         raise r.at(entry) from None
 
 
-def _loss_options(e: str, options: dict, fn) -> None:
-    """The loss's own options, checked before its arguments: the tape's (return_grad, backend,
-    numeric_mode) refused with the reason, anything else the loss does not take by name."""
-    for name, reason in _LOSS_OWN.items():
-        if name in options:
-            refuse(e, name, reason)
-    takes = tuple(n for n, p in inspect.signature(fn).parameters.items()
-                  if p.default is not p.empty and n not in _LOSS_OWN)
-    checks.keywords(e, {k: v for k, v in options.items() if k not in takes}, takes)
+def _reduction(e: str, options: dict) -> None:
     if options.get("reduction", "mean") not in ("mean", "sum"):
         refuse(e, "reduction", "must be 'mean' or 'sum': the tape's losses are scalars",
                value=options["reduction"])

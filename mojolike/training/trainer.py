@@ -50,6 +50,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..core import cardformat, checks, registry
+from ..core.entry import entry_point
 from ..core.refusals import Refusal, refuse
 from ..ops.layers import embedding, embedding_backward
 from ..ops.rng import Generator
@@ -68,7 +69,6 @@ from .tape import Tape
 
 __all__ = ["FORMAT", "StepRecord", "TrainConfig", "Trainer"]
 
-_E = "mojolike.train.Trainer"
 FORMAT = "mojolike.train.checkpoint.v1"
 # weight decay on the matrices; norms, biases and the embedding take none (the optimizer's order)
 DECAY = ("fc1.weight", "fc2.weight", "head.weight")
@@ -125,20 +125,23 @@ class Trainer:
     (2, 2, 2)
     """
 
+    _ENTRY = "mojolike.train.Trainer"
+
+    @entry_point()
     def __init__(self, config=None, *, backend=None, numeric_mode=None, memory_budget=None,
-                 **unknown):
-        checks.keywords(_E, unknown, ("config", "backend", "numeric_mode", "memory_budget"))
+                 entry, **unknown):
+        e = entry
         c = TrainConfig() if config is None else config
         if not isinstance(c, TrainConfig):
-            refuse(_E, "config", f"must be a mojolike.train.TrainConfig, not {type(c).__name__}")
-        k = registry.kernels(_E, "layers", backend, numeric_mode)  # refuses a backend not here
+            refuse(e, "config", f"must be a mojolike.train.TrainConfig, not {type(c).__name__}")
+        k = registry.kernels(e, "layers", backend, numeric_mode)  # refuses a backend not here
         self.backend, self.numeric_mode = k.backend, k.numeric_mode
         on = self._on = dict(backend=self.backend, numeric_mode=self.numeric_mode)
         self.config, self.stream = c, data.default_stream()
         if c.seq_len > len(self.stream) - 1:
-            refuse(_E, "seq_len", f"must be at most {len(self.stream) - 1} (one window of the text)",
+            refuse(e, "seq_len", f"must be at most {len(self.stream) - 1} (one window of the text)",
                    value=c.seq_len)
-        invariants.check_memory(_E, c, memory_budget)  # before the model is built
+        invariants.check_memory(e, c, memory_budget)  # before the model is built
         self.model = TinyLM(c.d_model, c.d_hidden, c.vocab, c.dropout, None, c.chunk_size, c.seed,
                             **on)
         p = dict(self.model.named_parameters())
@@ -166,10 +169,10 @@ class Trainer:
         return f"Trainer(step={self.step}/{self.config.steps}, backend={self.backend!r})"
 
     # -- the step -----------------------------------------------------------------------------
-    def run(self, until=None, *, callback=None, **unknown) -> list[StepRecord]:
+    @entry_point()
+    def run(self, until=None, *, callback=None, entry, **unknown) -> list[StepRecord]:
         """Take steps until `until` steps are done (default: all); the records of this call."""
-        e = f"{_E}.run"
-        checks.keywords(e, unknown, ("until", "callback"))
+        e = entry
         end = self.config.steps if until is None else checks.integer(
             e, "until", until, low=self.step, high=self.config.steps,
             what=f"in [{self.step}, {self.config.steps}] (steps done so far, steps of the run)")
@@ -180,7 +183,8 @@ class Trainer:
                 callback(out[-1])
         return out
 
-    def train_step(self, **unknown) -> StepRecord:
+    @entry_point()
+    def train_step(self, *, entry, **unknown) -> StepRecord:
         """Take the next step (see the module docstring) and return its record.
 
         A step is one transaction: the forward and backward change no state of the trainer
@@ -189,10 +193,9 @@ class Trainer:
         and SIGTERM held (in the main thread), from a copy of everything it writes. An
         exception before or inside it leaves every piece as it was before the step; a signal
         that arrives during the commit is delivered once the step is complete."""
-        checks.keywords(f"{_E}.train_step", unknown, ())
         c = self.config
         if self.step >= c.steps:
-            refuse(f"{_E}.train_step", "steps", f"are all taken ({c.steps}); the run is complete")
+            refuse(entry, "steps", f"are all taken ({c.steps}); the run is complete")
         self._tape.reset_to(self._mark)  # nodes left by an interrupted step are dropped
         stream = self.generator.state_dict()["counter"]
         if stream >= 2**64:
@@ -279,11 +282,11 @@ class Trainer:
             tape.reset_to(self._mark)
 
     # -- results ------------------------------------------------------------------------------
+    @entry_point()
     def outputs(self, **unknown) -> list[tuple[str, np.ndarray]]:
         """The certified values: per step 'step-NNNN/<loss|norm|lr|scale|skipped|gated>', then
         'final/<parameter name>', the optimizer's moments and step counts, the scaler's scale
         and growth tracker, the generator's counter and the outlier detector's state."""
-        checks.keywords(f"{_E}.outputs", unknown, ())
         width = max(4, len(str(self.config.steps)))
         out = []
         for r in self.records:
@@ -302,37 +305,37 @@ class Trainer:
                                               *o["buffer"]]))]
         return out
 
+    @entry_point()
     def threads(self, **unknown) -> int | None:
         """The backend's thread count as it reports it (numba's on cpu-numba, OpenMP's on
         cpu-cffi); None for a backend without one. The bits do not depend on it."""
-        checks.keywords(f"{_E}.threads", unknown, ())
         return None if self._threads is None else int(self._threads())
 
+    @entry_point()
     def profile(self, **unknown) -> str:
         """The run card's profile: the mode, and the md5 of the configuration and the text."""
-        checks.keywords(f"{_E}.profile", unknown, ())
         h = hashlib.md5(f"{self.config.key()} {self.stream.md5}".encode()).hexdigest()[:16]
         return f"mojolike.{self.numeric_mode}.train-run.fp32.v1:config-{h}"
 
+    @entry_point()
     def card(self, **unknown) -> str:
         """The run card: one record per output (cardformat's text, trailer included)."""
-        checks.keywords(f"{_E}.card", unknown, ())
         recs = [cardformat.record(*name.rsplit("/", 1), a) for name, a in self.outputs()]
         return cardformat.render(self.profile(), recs)
 
+    @entry_point()
     def digest(self, **unknown) -> str:
         """The run card's md5: the same on every backend for the same configuration and steps."""
-        checks.keywords(f"{_E}.digest", unknown, ())
         return cardformat.card_md5(self.card())
 
     # -- checkpoints --------------------------------------------------------------------------
-    def save(self, path, **unknown) -> str:
+    @entry_point()
+    def save(self, path, *, entry, **unknown) -> str:
         """Write one checkpoint file (.npz, no pickle): the parameters, the optimizer's state,
         the scaler, the generator, the schedule and data positions, the outlier detector and
         the records so far. Returns the path written (`.npz` added when missing). A state
         whose pieces disagree (`_train_checks.check_invariants`) is refused, nothing written."""
-        e = f"{_E}.save"
-        checks.keywords(e, unknown, ("path",))
+        e = entry
         self._check_state(e)
         opt = self.optimizer.state_dict()
         arrays = {f"param.{k}": a.copy() for k, a in self.model.named_parameters()}
@@ -364,15 +367,15 @@ class Trainer:
                                     self.outlier.state_dict(), contract=contract)
 
     @classmethod
+    @entry_point()
     def load(cls, path, *, backend=None, numeric_mode=None, memory_budget=None,
-             **unknown) -> Trainer:
+             entry, **unknown) -> Trainer:
         """A Trainer continuing the run saved at `path` (on any backend). The configuration is
         checked first: the arrays it implies (`_train_checks.member_shapes`) against the
         file's members, and its memory against the budget (`memory_budget=` bytes, else
         $MOJOLIKE_TRAIN_MEMORY, else half the physical memory), before the model is built;
         then every part of the file, and the invariants between the parts."""
-        e = f"{_E}.load"
-        checks.keywords(e, unknown, ("path", "backend", "numeric_mode", "memory_budget"))
+        e = entry
         if memory_budget is not None:
             invariants.memory_budget(e, memory_budget)
         expect = lambda meta: _as_load_refusal(e, path, _expected, e, meta, memory_budget)
