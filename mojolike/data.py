@@ -4,6 +4,7 @@
 >>> len(mojolike.data.shipped_text())
 131072
 """
-from .training.data import SHIPPED, TextStream, batch, default_stream, pydoc_text, shipped_text
+from .training.data import SHIPPED, VOCAB, TextStream, batch, default_stream, pydoc_text, shipped_text
 
-__all__ = ["SHIPPED", "TextStream", "batch", "default_stream", "pydoc_text", "shipped_text"]
+__all__ = ["SHIPPED", "VOCAB", "TextStream", "batch", "default_stream", "pydoc_text",
+           "shipped_text"]

@@ -4,6 +4,6 @@
 >>> TinyLM.__module__
 'mojolike.training.models'
 """
-from .training.models import TinyLM, linear_bound
+from .training.models import IGNORE_INDEX, TinyLM, linear_bound
 
-__all__ = ["TinyLM", "linear_bound"]
+__all__ = ["IGNORE_INDEX", "TinyLM", "linear_bound"]
