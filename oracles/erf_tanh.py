@@ -114,6 +114,33 @@ def _extra_bits(a: Fraction) -> int:
     return max(0, a.denominator.bit_length() - a.numerator.bit_length()) + 2
 
 
+def _odd_interval(x: float, p: int, enclosure, near_one: float, gap_bits: int):
+    """[lo, hi] of an odd function rising to 1 (tanh, erf): exact 0 at 0, the fixed
+    enclosure [1 - 2^-gap_bits, 1] from `near_one` up, else `enclosure(|x|)` at p bits."""
+    a = abs(x)
+    if a == 0:
+        return Fraction(0), Fraction(0)
+    if a >= near_one:
+        lo, hi = 1 - Fraction(1, 1 << gap_bits), Fraction(1)
+    else:
+        lo, hi = _interval(enclosure(a), p)
+    return (lo, hi) if x > 0 else (-hi, -lo)
+
+
+def _odd_bits(u: int, one_bits: int, enclosure) -> int:
+    """The binary32 pattern of such a function at pattern u: NaN quieted, +-0 kept, +-1 from
+    `one_bits` up (+-inf included), else decided from `enclosure(|x|)`, sign applied."""
+    u &= 0xFFFFFFFF
+    sign, mag = u & SIGN_BIT, u & 0x7FFFFFFF
+    if mag > 0x7F800000:
+        return u | QUIET_BIT
+    if mag == 0:
+        return u
+    if mag >= one_bits:
+        return sign | ONE_BITS
+    return sign | f32_to_bits(_decide(enclosure(bits_to_f32(mag))))
+
+
 # -- tanh ---------------------------------------------------------------------------------
 
 def _tanh_enclosure(a: float):
@@ -135,27 +162,12 @@ def _tanh_enclosure(a: float):
 def tanh_interval(x: float, p: int = 200) -> tuple[Fraction, Fraction]:
     """Rationals [lo, hi] enclosing tanh x (x finite), width about 2^-p |tanh x|
     (for |x| >= 64 the fixed enclosure [1 - 2^-183, 1], sign applied)."""
-    a = abs(x)
-    if a == 0:
-        return Fraction(0), Fraction(0)
-    if a >= TANH_NEAR_ONE:
-        lo, hi = 1 - Fraction(1, 1 << 183), Fraction(1)
-    else:
-        lo, hi = _interval(_tanh_enclosure(a), p)
-    return (lo, hi) if x > 0 else (-hi, -lo)
+    return _odd_interval(x, p, _tanh_enclosure, TANH_NEAR_ONE, 183)
 
 
 def tanhf_bits(u: int) -> int:
     """The bit pattern of tanhf for the binary32 input with pattern `u`."""
-    u &= 0xFFFFFFFF
-    sign, mag = u & SIGN_BIT, u & 0x7FFFFFFF
-    if mag > 0x7F800000:
-        return u | QUIET_BIT
-    if mag == 0:
-        return u
-    if mag >= TANH_ONE_BITS:  # +-inf included
-        return sign | ONE_BITS
-    return sign | f32_to_bits(_decide(_tanh_enclosure(bits_to_f32(mag))))
+    return _odd_bits(u, TANH_ONE_BITS, _tanh_enclosure)
 
 
 def tanhf(x: float) -> float:
@@ -215,27 +227,12 @@ def _erf_enclosure(a: float):
 def erf_interval(x: float, p: int = 200) -> tuple[Fraction, Fraction]:
     """Rationals [lo, hi] enclosing erf x (x finite), width about 2^-p |erf x|
     (for |x| >= 8 the fixed enclosure [1 - 2^-96, 1], sign applied)."""
-    a = abs(x)
-    if a == 0:
-        return Fraction(0), Fraction(0)
-    if a >= ERF_NEAR_ONE:
-        lo, hi = 1 - Fraction(1, 1 << 96), Fraction(1)
-    else:
-        lo, hi = _interval(_erf_enclosure(a), p)
-    return (lo, hi) if x > 0 else (-hi, -lo)
+    return _odd_interval(x, p, _erf_enclosure, ERF_NEAR_ONE, 96)
 
 
 def erff_bits(u: int) -> int:
     """The bit pattern of erff for the binary32 input with pattern `u`."""
-    u &= 0xFFFFFFFF
-    sign, mag = u & SIGN_BIT, u & 0x7FFFFFFF
-    if mag > 0x7F800000:
-        return u | QUIET_BIT
-    if mag == 0:
-        return u
-    if mag >= ERF_ONE_BITS:  # +-inf included
-        return sign | ONE_BITS
-    return sign | f32_to_bits(_decide(_erf_enclosure(bits_to_f32(mag))))
+    return _odd_bits(u, ERF_ONE_BITS, _erf_enclosure)
 
 
 def erff(x: float) -> float:
