@@ -4,6 +4,5 @@
 >>> TrainConfig().steps
 200
 """
-from .training.trainer import FORMAT, StepRecord, TrainConfig, Trainer
-
-__all__ = ["FORMAT", "StepRecord", "TrainConfig", "Trainer"]
+from .training.trainer import *  # noqa: F403  (the public names, as the module's __all__ lists them)
+from .training.trainer import __all__  # noqa: F401
