@@ -1,4 +1,4 @@
-"""Correctly rounded binary32 elementary functions: `expf`, `logf`, `sinpif`, `cospif`.
+"""Correctly rounded binary32 elementary functions: `expf`, `logf`, `sinpif`, `cospif`, `tanhf`, `erff`.
 
 Each result is the float32 nearest the exact real value, so it is the same on
 every backend, vendor and thread count (contracts/crmath.md).
@@ -14,7 +14,10 @@ every backend, vendor and thread count (contracts/crmath.md).
 [0.5]
 >>> cospif(np.float32([0.5, 2.0**24]), backend="oracle").tolist()
 [0.0, 1.0]
+>>> from mojolike.math import erff, tanhf
+>>> tanhf(np.float32([0.5]), backend="oracle").tolist(), erff(np.float32([1.0]), backend="oracle").tolist()
+([0.46211716532707214], [0.8427007794380188])
 """
-from .ops.crmath import cospif, expf, logf, sinpif
+from .ops.crmath import cospif, erff, expf, logf, sinpif, tanhf
 
-__all__ = ["expf", "logf", "sinpif", "cospif"]
+__all__ = ["cospif", "erff", "expf", "logf", "sinpif", "tanhf"]

@@ -1,4 +1,4 @@
-"""numba CPU kernels for the correctly rounded expf, logf, sinpif and cospif.
+"""numba CPU kernels for the correctly rounded expf, logf, sinpif and cospif (tanhf, erff: erf_tanh.py).
 
 Each value is computed in binary64 with + - * only, then rounded to binary32 with
 a test: the computed y is within 2^-50 |y| of the exact value (the error budget
@@ -514,6 +514,28 @@ class NumbaCrmath(NumbaBase):
     def cospif_into(self, x, out) -> int:
         """Write cospif(x) into out; returns the number of UNDECIDED slots."""
         return int(_cospif(x, x.view(np.uint32), out, out.view(np.uint32)))
+
+    # tanhf, erff and GELU live in native/erf_tanh.py (imported here, at call time: it
+    # imports this module for the exp pieces)
+    def tanhf_into(self, x, out) -> int:
+        """Write tanhf(x) into out; returns the number of UNDECIDED slots (x, out as expf_into)."""
+        from . import erf_tanh
+        return erf_tanh.tanhf_into(x, out)
+
+    def erff_into(self, x, out) -> int:
+        """Write erff(x) into out; returns the number of UNDECIDED slots."""
+        from . import erf_tanh
+        return erf_tanh.erff_into(x, out)
+
+    def gelu_into(self, x, tanh: bool, out) -> int:
+        """Write gelu_tanh(x) if tanh else gelu_erf(x) into out; returns the UNDECIDED count."""
+        from . import erf_tanh
+        return erf_tanh.gelu_into(x, tanh, out)
+
+    def gelu_backward_into(self, dy, x, tanh: bool, dx) -> int:
+        """Write gelu_tanh_grad(dy, x) if tanh else gelu_erf_grad(dy, x) into dx; returns the UNDECIDED count."""
+        from . import erf_tanh
+        return erf_tanh.gelu_backward_into(dy, x, tanh, dx)
 
 
 def load(mode: str, backend: str = "cpu-numba") -> NumbaCrmath:

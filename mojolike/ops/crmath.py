@@ -1,8 +1,18 @@
-"""Public correctly rounded `expf`, `logf`, `sinpif` and `cospif` on float32 buffers, any backend.
+"""Public correctly rounded `expf`, `logf`, `sinpif`, `cospif`, `tanhf` and `erff` on float32 buffers, any backend.
 
 The kernels decide almost every value with a binary64 rounding test and mark
 the rest UNDECIDED; `finish` gives those slots the oracle's exact answer, so
-the result is the correctly rounded value everywhere (contracts/crmath.md).
+the result is the correctly rounded value everywhere (contracts/crmath.md;
+tanhf and erff: contracts/transformer.md clause 6). `finish_gelu` and
+`finish_gelu_backward` do the same for the GELU kernels (clause 7), whose slot is
+UNDECIDED when its inner tanhf, erff or expf is.
+
+>>> import numpy as np
+>>> x = np.float32([1.0, -2.0])
+>>> out = np.empty(2, np.float32)
+>>> k = kernels("example", "crmath", "cpu-numba")
+>>> finish_gelu(x, False, out, k.gelu_into(x, False, out)), out.tolist()
+(0, [0.8413447141647339, -0.04550027847290039])
 """
 from __future__ import annotations
 
@@ -13,10 +23,15 @@ from ..core.checks import as_f32, shape_of
 from ..core.entry import entry_point
 from ..core.registry import kernels
 from ..oracles import crmath as spec
+from ..oracles import erf_tanh
+from ..oracles.f32 import bits_to_f32, f32_to_bits
 
 UNDECIDED = 0x7FA00DAD  # the kernels' mark for a slot the fast path could not decide
 _EXACT = {"expf": spec.expf_bits, "logf": spec.logf_bits, "sinpif": spec.sinpif_bits,
-          "cospif": spec.cospif_bits}
+          "cospif": spec.cospif_bits, "tanhf": erf_tanh.tanhf_bits, "erff": erf_tanh.erff_bits}
+_GELU = {False: ("gelu_erf", erf_tanh.gelu_erf), True: ("gelu_tanh", erf_tanh.gelu_tanh)}
+_GELU_GRAD = {False: ("gelu_erf_grad", erf_tanh.gelu_erf_grad),
+              True: ("gelu_tanh_grad", erf_tanh.gelu_tanh_grad)}
 
 
 def finish(name: str, x: np.ndarray, out: np.ndarray, undecided: int) -> int:
@@ -31,6 +46,39 @@ def finish(name: str, x: np.ndarray, out: np.ndarray, undecided: int) -> int:
             u = int(xb[i])
             ob[i] = v = exact(u)
             fallbacks.record("crmath", name, u, v)
+    return undecided
+
+
+def _undecided_slots(out: np.ndarray, undecided: int) -> list[int]:
+    idx = np.flatnonzero(out.reshape(-1).view(np.uint32) == UNDECIDED)
+    assert idx.size == undecided, (idx.size, undecided)
+    return idx.tolist()
+
+
+def finish_gelu(x: np.ndarray, tanh: bool, out: np.ndarray, undecided: int) -> int:
+    """Give the `undecided` UNDECIDED slots of a GELU kernel's out (gelu_tanh if tanh, else
+    gelu_erf) the oracle's bits, reporting each to `fallbacks` (kind "gelu_erf" or
+    "gelu_tanh", at the x pattern); returns how many."""
+    if undecided:
+        kind, fn = _GELU[bool(tanh)]
+        ob, xb = out.reshape(-1).view(np.uint32), x.reshape(-1).view(np.uint32)
+        for i in _undecided_slots(out, undecided):
+            u = int(xb[i])
+            ob[i] = v = f32_to_bits(fn(bits_to_f32(u)))
+            fallbacks.record("crmath", kind, u, v)
+    return undecided
+
+
+def finish_gelu_backward(dy: np.ndarray, x: np.ndarray, tanh: bool, dx: np.ndarray, undecided: int) -> int:
+    """The same for a GELU backward kernel's dx (gelu_tanh_grad if tanh, else gelu_erf_grad;
+    kinds "gelu_tanh_grad", "gelu_erf_grad", at the x pattern); returns how many."""
+    if undecided:
+        kind, fn = _GELU_GRAD[bool(tanh)]
+        ob, xb, db = dx.reshape(-1).view(np.uint32), x.reshape(-1).view(np.uint32), dy.reshape(-1).view(np.uint32)
+        for i in _undecided_slots(dx, undecided):
+            u = int(xb[i])
+            ob[i] = v = f32_to_bits(fn(bits_to_f32(int(db[i])), bits_to_f32(u)))
+            fallbacks.record("crmath", kind, u, v)
     return undecided
 
 
@@ -118,3 +166,38 @@ def cospif(x, *, backend=None, numeric_mode=None, entry, **unknown) -> np.ndarra
     [0.0, -1.0, 0.7071067690849304, 0.0]
     """
     return _apply(entry, "cospif", x, backend, numeric_mode)
+
+
+@entry_point("mojolike.math.tanhf")
+def tanhf(x, *, backend=None, numeric_mode=None, entry, **unknown) -> np.ndarray:
+    """tanh x for every element, the float32 nearest the exact value (ties to even).
+
+    `x`: any float32 buffer; the result is a new float32 array of its shape.
+    NaN in, NaN out (quieted, payload kept); tanhf(+-0) = +-0, tanhf(+-inf) = +-1,
+    and +-1 exactly from |x| >= 9.010913848876953 (0x41102CB4) up. No input is a tie
+    (contracts/transformer.md clause 6).
+
+    Reproducibility: as `expf`.
+
+    >>> import numpy as np, mojolike.math
+    >>> mojolike.math.tanhf(np.float32([0.5, -0.0, 10.0]), backend="oracle").tolist()
+    [0.46211716532707214, -0.0, 1.0]
+    """
+    return _apply(entry, "tanhf", x, backend, numeric_mode)
+
+
+@entry_point("mojolike.math.erff")
+def erff(x, *, backend=None, numeric_mode=None, entry, **unknown) -> np.ndarray:
+    """erf x for every element, the float32 nearest the exact value (ties to even).
+
+    NaN in, NaN out (quieted, payload kept); erff(+-0) = +-0, erff(+-inf) = +-1,
+    and +-1 exactly from |x| >= 3.92578125 (0x407B4000) up (and for some smaller |x|,
+    where erf x rounds to 1).
+
+    Reproducibility: as `expf`.
+
+    >>> import numpy as np, mojolike.math
+    >>> mojolike.math.erff(np.float32([1.0, -0.0, np.inf]), backend="oracle").tolist()
+    [0.8427007794380188, -0.0, 1.0]
+    """
+    return _apply(entry, "erff", x, backend, numeric_mode)

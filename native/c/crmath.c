@@ -407,3 +407,292 @@ int64_t mj_cospif(const float *x, float *out, int64_t n, const mj_crmath_tab *ta
     }
     return undecided;
 }
+
+/* tanhf, erff and torch's GELU on them: the C spelling of native/erf_tanh.py (its
+   docstring states the algorithm and the error budgets), operation for operation, so
+   that the computed binary64 values, the rounding tests and hence the UNDECIDED slots
+   are cpu-numba's. The constants travel in mj_erf_tanh_tab, filled from that module. */
+typedef struct {
+    double tanh_poly_err, tanh_err, erf_poly_err, erf_err0, erf_err1, erf_stop;
+    double tanh_poly_end, erf_poly_end, tanh_one, erf_one, two, two_over_sqrt_pi;
+    const double *tanh_c, *erf_c; /* T3 .. T23 and R0 .. R13 */
+    float zero32, one32, half32, minus_half32, three32, alpha, beta, kappa, beta_erf, pos_inf32;
+} mj_erf_tanh_tab;
+
+/* e^t in binary64 for |t| <= 20 (exp64) */
+static inline double mj_exp64(double t, const mj_crmath_tab *T) {
+    double s = t * T->inv_ln2_32;
+    s = s + T->shifter;
+    double kd = s - T->shifter;
+    int32_t k = (int32_t)kd;
+    int32_t j = k & 31;
+    int32_t q = (k - j) / 32; /* exact */
+    double c = kd * T->ln2_32_hi;
+    double r = t - c;
+    c = kd * T->ln2_32_lo;
+    r = r - c;
+    double w = r * T->e6;
+    w = w + T->e5;
+    w = r * w;
+    w = w + T->e4;
+    w = r * w;
+    w = w + T->e3;
+    w = r * w;
+    w = w + T->e2;
+    w = r * w;
+    w = w + T->one;
+    double p = r * w;
+    double tj = T->exp2_32[j];
+    double y = tj * p;
+    y = tj + y;
+    return y * T->pow2[q + T->pow2_bias]; /* exact */
+}
+
+/* binary32 of sg * y when y - eb and y + eb (signed alike) round to one value (round_test) */
+static inline float mj_round_test(double y, double eb, double sg, int *ok) {
+    double ys = y * sg;
+    double lo = ys - eb;
+    double hi = ys + eb;
+    float a = (float)lo;
+    float b = (float)hi;
+    *ok = a == b;
+    return a;
+}
+
+static inline float mj_tanh_elem(double a, double sg, const mj_crmath_tab *T, const mj_erf_tanh_tab *E, int *ok) {
+    if (a < E->tanh_poly_end) {
+        double a2 = a * a; /* exact */
+        double h = a2 * E->tanh_c[10];
+        for (int k = 9; k >= 0; k--) {
+            h = h + E->tanh_c[k];
+            h = a2 * h;
+        }
+        h = a * h;
+        double y = a + h;
+        double eb = y * E->tanh_poly_err;
+        return mj_round_test(y, eb, sg, ok);
+    }
+    double a2x = a + a;
+    double e = mj_exp64(a2x, T);
+    double num = e - T->one;
+    double den = e + T->one;
+    double y = num / den;
+    double eb = y * E->tanh_err;
+    return mj_round_test(y, eb, sg, ok);
+}
+
+static inline float mj_erf_elem(double a, double sg, const mj_crmath_tab *T, const mj_erf_tanh_tab *E, int *ok) {
+    if (a < E->erf_poly_end) {
+        double a2 = a * a; /* exact */
+        double h = a2 * E->erf_c[13];
+        for (int k = 12; k >= 1; k--) {
+            h = h + E->erf_c[k];
+            h = a2 * h;
+        }
+        double y = E->erf_c[0] + h;
+        y = a * y;
+        double eb = y * E->erf_poly_err;
+        return mj_round_test(y, eb, sg, ok);
+    }
+    double z = a * a; /* exact */
+    double mz = T->zero - z;
+    double e = mj_exp64(mz, T);
+    z = z + z; /* exact */
+    double t = T->one, s = T->one, k = T->one, err = E->erf_err0;
+    for (;;) {
+        k = k + E->two;
+        t = t * z;
+        t = t / k;
+        s = s + t;
+        err = err + E->erf_err1;
+        double ts = t * E->erf_stop;
+        if (ts <= s) break;
+    }
+    double y = E->two_over_sqrt_pi * a;
+    y = y * e;
+    y = y * s;
+    double eb = y * err;
+    return mj_round_test(y, eb, sg, ok);
+}
+
+/* tanhf(v), erff(v) for v not NaN (tanh_value, erf_value) */
+static inline float mj_tanh_value(float v, const mj_crmath_tab *T, const mj_erf_tanh_tab *E, int *ok) {
+    *ok = 1;
+    if (v == E->zero32) return v;
+    double xd = (double)v;
+    double sg = xd < T->zero ? T->minus_one : T->one;
+    double a = xd * sg;
+    if (a >= E->tanh_one) return (float)sg;
+    return mj_tanh_elem(a, sg, T, E, ok);
+}
+
+static inline float mj_erf_value(float v, const mj_crmath_tab *T, const mj_erf_tanh_tab *E, int *ok) {
+    *ok = 1;
+    if (v == E->zero32) return v;
+    double xd = (double)v;
+    double sg = xd < T->zero ? T->minus_one : T->one;
+    double a = xd * sg;
+    if (a >= E->erf_one) return (float)sg;
+    return mj_erf_elem(a, sg, T, E, ok);
+}
+
+/* the same, NaN passed through (tanh_any, erf_any, exp_any) */
+static inline float mj_tanh_any(float v, const mj_crmath_tab *T, const mj_erf_tanh_tab *E, int *ok) {
+    *ok = 1;
+    return v != v ? v : mj_tanh_value(v, T, E, ok);
+}
+
+static inline float mj_erf_any(float v, const mj_crmath_tab *T, const mj_erf_tanh_tab *E, int *ok) {
+    *ok = 1;
+    return v != v ? v : mj_erf_value(v, T, E, ok);
+}
+
+static inline float mj_exp_any(float v, const mj_crmath_tab *T, const mj_erf_tanh_tab *E, int *ok) {
+    *ok = 1;
+    if (v != v) return v;
+    if (v >= T->exp_huge) return E->pos_inf32;
+    if (v <= T->exp_tiny) return E->zero32;
+    return mj_exp_elem(v, T, ok);
+}
+
+static inline void mj_put(float r, float *out, int64_t i, const mj_crmath_tab *T) {
+    if (r != r) mj_put_bits(out, i, T->default_nan);
+    else out[i] = r;
+}
+
+static inline int64_t mj_odd_slot(const float *x, float *out, int64_t i, int use_erf, const mj_crmath_tab *T,
+                                  const mj_erf_tanh_tab *E) {
+    float v = x[i];
+    if (v != v) {
+        mj_put_bits(out, i, mj_bits_at(x, i) | T->quiet_bit);
+        return 0;
+    }
+    int ok;
+    float r = use_erf ? mj_erf_value(v, T, E, &ok) : mj_tanh_value(v, T, E, &ok);
+    if (ok) {
+        out[i] = r;
+        return 0;
+    }
+    mj_put_bits(out, i, T->undecided);
+    return 1;
+}
+
+static inline float mj_tanh_inner(float v, float x_sq, const mj_erf_tanh_tab *E) {
+    float x_cube = x_sq * v;
+    float kx = E->kappa * x_cube;
+    float s = v + kx;
+    return E->beta * s;
+}
+
+static inline int64_t mj_gelu_slot(const float *x, float *out, int64_t i, int use_tanh, const mj_crmath_tab *T,
+                                   const mj_erf_tanh_tab *E) {
+    float v = x[i];
+    int ok;
+    float r;
+    if (use_tanh) {
+        float x_sq = v * v;
+        float t = mj_tanh_any(mj_tanh_inner(v, x_sq, E), T, E, &ok);
+        float hx = E->half32 * v;
+        float c = E->one32 + t;
+        r = hx * c;
+    } else {
+        float hx = v * E->half32;
+        float w = v * E->alpha;
+        float t = mj_erf_any(w, T, E, &ok);
+        float c = E->one32 + t;
+        r = hx * c;
+    }
+    if (!ok) {
+        mj_put_bits(out, i, T->undecided);
+        return 1;
+    }
+    mj_put(r, out, i, T);
+    return 0;
+}
+
+static inline int64_t mj_gelu_grad_slot(const float *dy, const float *x, float *out, int64_t i, int use_tanh,
+                                        const mj_crmath_tab *T, const mj_erf_tanh_tab *E) {
+    float d = dy[i], v = x[i];
+    int ok, ok2 = 1;
+    float r;
+    if (use_tanh) {
+        float x_sq = v * v;
+        float t = mj_tanh_any(mj_tanh_inner(v, x_sq, E), T, E, &ok);
+        float left = E->half32 * v;
+        float right = E->one32 + t;
+        float left_derivative = E->half32 * right;
+        float tt = t * t;
+        float tanh_derivative = E->one32 - tt;
+        float k3 = E->three32 * E->kappa;
+        float k3x = k3 * x_sq;
+        float ik = E->one32 + k3x;
+        float inner_derivative = E->beta * ik;
+        float lt = left * tanh_derivative;
+        float right_derivative = lt * inner_derivative;
+        float sum = left_derivative + right_derivative;
+        r = d * sum;
+    } else {
+        float w = v * E->alpha;
+        float t = mj_erf_any(w, T, E, &ok);
+        float x_sq = v * v;
+        float ea = x_sq * E->minus_half32;
+        float e = mj_exp_any(ea, T, E, &ok2);
+        float c = E->one32 + t;
+        float cdf = E->half32 * c;
+        float pdf = E->beta_erf * e;
+        float xp = v * pdf;
+        float sum = cdf + xp;
+        r = d * sum;
+    }
+    if (!(ok && ok2)) {
+        mj_put_bits(out, i, T->undecided);
+        return 1;
+    }
+    mj_put(r, out, i, T);
+    return 0;
+}
+
+int64_t mj_odd(const float *x, float *out, int64_t n, int use_erf, const mj_crmath_tab *tab,
+               const mj_erf_tanh_tab *etab) {
+    const mj_crmath_tab T = *tab;
+    const mj_erf_tanh_tab E = *etab;
+    int64_t nblocks = (n + T.block - 1) / T.block;
+    int64_t undecided = 0;
+    #pragma omp parallel for schedule(static) reduction(+:undecided)
+    for (int64_t c = 0; c < nblocks; c++) {
+        int64_t lo = c * T.block;
+        int64_t hi = lo + T.block < n ? lo + T.block : n;
+        for (int64_t i = lo; i < hi; i++) undecided += mj_odd_slot(x, out, i, use_erf, &T, &E);
+    }
+    return undecided;
+}
+
+int64_t mj_gelu(const float *x, float *out, int64_t n, int use_tanh, const mj_crmath_tab *tab,
+                const mj_erf_tanh_tab *etab) {
+    const mj_crmath_tab T = *tab;
+    const mj_erf_tanh_tab E = *etab;
+    int64_t nblocks = (n + T.block - 1) / T.block;
+    int64_t undecided = 0;
+    #pragma omp parallel for schedule(static) reduction(+:undecided)
+    for (int64_t c = 0; c < nblocks; c++) {
+        int64_t lo = c * T.block;
+        int64_t hi = lo + T.block < n ? lo + T.block : n;
+        for (int64_t i = lo; i < hi; i++) undecided += mj_gelu_slot(x, out, i, use_tanh, &T, &E);
+    }
+    return undecided;
+}
+
+int64_t mj_gelu_backward(const float *dy, const float *x, float *dx, int64_t n, int use_tanh,
+                         const mj_crmath_tab *tab, const mj_erf_tanh_tab *etab) {
+    const mj_crmath_tab T = *tab;
+    const mj_erf_tanh_tab E = *etab;
+    int64_t nblocks = (n + T.block - 1) / T.block;
+    int64_t undecided = 0;
+    #pragma omp parallel for schedule(static) reduction(+:undecided)
+    for (int64_t c = 0; c < nblocks; c++) {
+        int64_t lo = c * T.block;
+        int64_t hi = lo + T.block < n ? lo + T.block : n;
+        for (int64_t i = lo; i < hi; i++) undecided += mj_gelu_grad_slot(dy, x, dx, i, use_tanh, &T, &E);
+    }
+    return undecided;
+}

@@ -13,3 +13,16 @@ int64_t mj_expf(const float *x, float *out, int64_t n, const mj_crmath_tab *tab)
 int64_t mj_logf(const float *x, float *out, int64_t n, const mj_crmath_tab *tab);
 int64_t mj_sinpif(const float *x, float *out, int64_t n, const mj_crmath_tab *tab);
 int64_t mj_cospif(const float *x, float *out, int64_t n, const mj_crmath_tab *tab);
+/* tanhf/erff (mj_odd, erf = 0 or 1) and GELU (tanh = 0 or 1); constants from native/erf_tanh.py */
+typedef struct {
+    double tanh_poly_err, tanh_err, erf_poly_err, erf_err0, erf_err1, erf_stop;
+    double tanh_poly_end, erf_poly_end, tanh_one, erf_one, two, two_over_sqrt_pi;
+    const double *tanh_c, *erf_c;
+    float zero32, one32, half32, minus_half32, three32, alpha, beta, kappa, beta_erf, pos_inf32;
+} mj_erf_tanh_tab;
+int64_t mj_odd(const float *x, float *out, int64_t n, int use_erf, const mj_crmath_tab *tab,
+               const mj_erf_tanh_tab *etab);
+int64_t mj_gelu(const float *x, float *out, int64_t n, int use_tanh, const mj_crmath_tab *tab,
+                const mj_erf_tanh_tab *etab);
+int64_t mj_gelu_backward(const float *dy, const float *x, float *dx, int64_t n, int use_tanh,
+                         const mj_crmath_tab *tab, const mj_erf_tanh_tab *etab);

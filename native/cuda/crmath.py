@@ -1,4 +1,4 @@
-"""CUDA kernels for the correctly rounded expf, logf, sinpif and cospif.
+"""CUDA kernels for the correctly rounded expf, logf, sinpif and cospif (tanhf, erff, GELU: erf_tanh.py).
 
 The per-element arithmetic is `native/crmath.py`'s exp_elem/log_elem/sinpi_elem/
 cospi_elem, compiled
@@ -36,6 +36,7 @@ import numpy as np
 from numba import cuda, float32, uint32, void
 
 from .. import crmath as cpu
+from . import erf_tanh
 from .base import THREADS, CudaBase, device, grid, undecided_slots
 
 UNDECIDED = cpu.UNDECIDED
@@ -97,6 +98,7 @@ KERNELS = {
     "logf": (logf_kernel, void(U32_1D, F32_1D, U32_1D)),
     "sinpif": (sinpif_kernel, void(F32_1D, U32_1D, F32_1D, U32_1D)),
     "cospif": (cospif_kernel, void(F32_1D, U32_1D, F32_1D, U32_1D)),
+    **erf_tanh.KERNELS,
 }
 
 
@@ -133,6 +135,37 @@ class CudaCrmath(CudaBase):
     def cospif_into(self, x, out) -> int:
         """Write cospif(x) into out; returns the number of UNDECIDED slots."""
         return self._run("cospif", x, out)
+
+    def tanhf_into(self, x, out) -> int:
+        """Write tanhf(x) into out; returns the number of UNDECIDED slots."""
+        return self._run("tanhf", x, out)
+
+    def erff_into(self, x, out) -> int:
+        """Write erff(x) into out; returns the number of UNDECIDED slots."""
+        return self._run("erff", x, out)
+
+    def gelu_into(self, x, tanh: bool, out) -> int:
+        """Write gelu_tanh(x) if tanh else gelu_erf(x) into out; returns the UNDECIDED count."""
+        n = out.size
+        if n == 0:
+            return 0
+        dx = cuda.to_device(x)
+        dout = cuda.device_array(n, np.float32)
+        self._k["gelu_tanh" if tanh else "gelu_erf"][grid(n), THREADS](dx, dout, dout.view(np.uint32))
+        dout.copy_to_host(out)
+        return undecided_slots(out, UNDECIDED)
+
+    def gelu_backward_into(self, dy, x, tanh: bool, dx) -> int:
+        """Write gelu_tanh_grad(dy, x) if tanh else gelu_erf_grad(dy, x) into dx; returns the UNDECIDED count."""
+        n = dx.size
+        if n == 0:
+            return 0
+        ddy, dxx = cuda.to_device(dy), cuda.to_device(x)
+        dout = cuda.device_array(n, np.float32)
+        name = "gelu_tanh_grad" if tanh else "gelu_erf_grad"
+        self._k[name][grid(n), THREADS](ddy, dxx, dout, dout.view(np.uint32))
+        dout.copy_to_host(dx)
+        return undecided_slots(dx, UNDECIDED)
 
 
 def load(mode: str, backend: str = "cuda") -> CudaCrmath:

@@ -14,6 +14,8 @@ import numpy as np
 
 from ...core import registry
 from .. import crmath as spec
+from .. import erf_tanh
+from ..f32 import bits_to_f32, f32_to_bits
 
 
 class OracleCrmath:
@@ -40,6 +42,23 @@ class OracleCrmath:
 
     def cospif_into(self, x, out) -> int:
         return self._into(spec.cospif_bits, x, out)
+
+    def tanhf_into(self, x, out) -> int:
+        return self._into(erf_tanh.tanhf_bits, x, out)
+
+    def erff_into(self, x, out) -> int:
+        return self._into(erf_tanh.erff_bits, x, out)
+
+    def gelu_into(self, x, tanh: bool, out) -> int:
+        fn = erf_tanh.gelu_tanh if tanh else erf_tanh.gelu_erf
+        out.view(np.uint32)[:] = [f32_to_bits(fn(bits_to_f32(u))) for u in x.view(np.uint32).tolist()]
+        return 0
+
+    def gelu_backward_into(self, dy, x, tanh: bool, dx) -> int:
+        fn = erf_tanh.gelu_tanh_grad if tanh else erf_tanh.gelu_erf_grad
+        dx.view(np.uint32)[:] = [f32_to_bits(fn(bits_to_f32(d), bits_to_f32(u)))
+                                 for d, u in zip(dy.view(np.uint32).tolist(), x.view(np.uint32).tolist())]
+        return 0
 
 
 def load(mode: str, backend: str = "oracle") -> OracleCrmath:
