@@ -83,6 +83,29 @@ def dropout_keep(seed: int, stream: int, p: float, shape: tuple[int, int, int, i
              for _ in range(nh)] for _ in range(nb)]
 
 
+def mask_from_strides(values, kind: int, strides, shape: tuple[int, int, int, int]):
+    """The (B, H, L, S) nested mask of the kernels' form: entry (b, h, i, j) is
+    values[b*st0 + h*st1 + i*st2 + j*st3]; kind 1 a bool (nonzero takes part), kind 2 a
+    float added to the score, kind 0 no mask (None)."""
+    if kind == 0:
+        return None
+    nb, nh, nl, ns = shape
+    st = [int(s) for s in strides]
+
+    def at(b, h, i, j):
+        v = values[b * st[0] + h * st[1] + i * st[2] + j * st[3]]
+        return float(v) if kind == 2 else bool(v)
+    return [[[[at(b, h, i, j) for j in range(ns)] for i in range(nl)] for h in range(nh)]
+            for b in range(nb)]
+
+
+def keep_of_key(k0: int, k1: int, stream: int, p: float, shape: tuple[int, int, int, int]):
+    """(keep mask, binary32(1 / (1 - p))) for Philox key (k0, k1), or (None, None) at p = 0."""
+    if p <= 0.0:
+        return None, None
+    return dropout_keep(int(k0) | (int(k1) << 32), int(stream), p, shape), rng.dropout_scale(p)
+
+
 def _mask_at(mask, mshape, b, h, i, j):
     if mask is None:
         return None

@@ -150,6 +150,20 @@ def as_f32(entry: str, name: str, obj, *, writable: bool = False) -> np.ndarray:
     return a.reshape(-1)
 
 
+def as_bool(entry: str, name: str, obj) -> np.ndarray:
+    """A 1-D bool view of a numpy bool array in C order, without a copy (a boolean mask);
+    refuses other dtypes, empty and strided arrays."""
+    a = _as_array(entry, name, obj)
+    if a.dtype != np.bool_:
+        refuse(entry, name, f"has dtype {a.dtype.name}; a boolean mask must be numpy bool")
+    if a.size == 0:
+        refuse(entry, name, "is empty; at least one element is needed")
+    if not a.flags.c_contiguous:
+        refuse(entry, name, f"is not C-contiguous (strides {a.strides}); pass a contiguous "
+                            f"buffer, e.g. numpy.ascontiguousarray(...)")
+    return a.reshape(-1)
+
+
 def shape_of(obj) -> tuple[int, ...]:
     """The shape of a buffer already accepted by `as_f32` (a flat memoryview keeps its own)."""
     return obj.shape if isinstance(obj, np.ndarray) else np.asarray(memoryview(obj)).shape

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...core import registry
 from .. import attention as att
-from .. import codec, rng
+from .. import codec
 from .. import transformer as spec
 from ..transformer import row_max
 
@@ -43,29 +43,6 @@ def _heads(a: np.ndarray):
 
 def _store_heads(out: np.ndarray, nested) -> None:
     codec.store(out, [v for hb in nested for hh in hb for row in hh for v in row])
-
-
-def _mask(mask_bool, mask_add, kind, ms, shape):
-    """The mask as a (B, H, L, S) nested list of bools or floats, or None."""
-    if kind == 0:
-        return None
-    nb, nh, nl, ns = shape
-    st = [int(s) for s in ms]
-    vals = codec.decode(mask_add.reshape(-1)) if kind == 2 else mask_bool.reshape(-1).tolist()
-
-    def at(b, h, i, j):
-        v = vals[b * st[0] + h * st[1] + i * st[2] + j * st[3]]
-        return v if kind == 2 else bool(v)
-    return [[[[at(b, h, i, j) for j in range(ns)] for i in range(nl)] for h in range(nh)]
-            for b in range(nb)]
-
-
-def _keep(p, k0, k1, stream, shape):
-    """dropout's keep mask and binary32(1 / (1 - p)), or (None, None) without dropout."""
-    pf = codec.decode_scalar(p)
-    if pf <= 0.0:
-        return None, None
-    return att.dropout_keep(int(k0) | (int(k1) << 32), int(stream), pf, shape), rng.dropout_scale(pf)
 
 
 class OracleTransformer:
@@ -108,8 +85,10 @@ class OracleTransformer:
     def _setup(self, q, k, mask_bool, mask_add, mask_kind, mask_strides, scale, p, k0, k1, stream):
         nb, nh, nl, _ = q.shape
         shape = (nb, nh, nl, k.shape[2])
-        mask = _mask(mask_bool, mask_add, int(mask_kind), mask_strides, shape)
-        keep, p_scale = _keep(p, k0, k1, stream, shape)
+        kind = int(mask_kind)
+        values = codec.decode(mask_add.reshape(-1)) if kind == 2 else mask_bool.reshape(-1).tolist()
+        mask = att.mask_from_strides(values, kind, mask_strides, shape)
+        keep, p_scale = att.keep_of_key(k0, k1, stream, codec.decode_scalar(p), shape)
         return codec.decode_scalar(scale), mask, shape, keep, p_scale
 
     def attention_forward(self, q, k, v, mask_bool, mask_add, mask_kind, mask_strides, causal,
