@@ -1,0 +1,306 @@
+"""numba CPU kernels for the transformer family: softmax / log_softmax rows, layer_norm rows,
+their backward, and (from native/attention.py) the fused attention forward and backward.
+
+Row kernels are parallel over tasks of whole rows (prange); a row is computed by one
+thread in the contract's order (contracts/transformer.md clauses 1-5):
+
+- softmax: mx = max_j x_j (32 lane maxima, exact; a row holding NaN is NaN throughout),
+  e_j = expf(x_j - mx) written into the output row, S = fold of it (native/fold.py's
+  vector chunk folds, then the pairwise tree), then y_j = e_j / S in place, or
+  log_softmax y_j = (x_j - mx) - logf(S) with the differences recomputed;
+- layer_norm: mean = fold(x) / nD, c_j = x_j - mean kept in the output row, var =
+  fold(c * c) / nD, rstd = 1 / sqrt(var + eps), y_j = (c_j * rstd) * w_j + b_j;
+- the backward rows as clauses 3 and 5 (layer_norm's h = c * rstd is written out, since the
+  API folds dy * h over the rows for dweight).
+
+The retargetable per-element source is native/attention.py's `exp_any` (expf of any
+binary32 with its rounding test, on native/crmath.py's exp_elem) and the elements listed
+there: plain scalar arguments, one IEEE operation per statement, so native/cuda can
+compile the same code with native/retarget.py.
+
+expf and logf are native/crmath.py's exp_elem / log_elem. A row where one of them is
+undecided gets status 1 (its outputs are then unspecified) and the caller redoes it with
+the oracle; the kernels return how many rows they marked.
+
+Caching: these kernels inline native/crmath.py's, native/fold.py's and native/simd.py's
+functions, and numba's cache=True checks only this file: after editing those, clear the
+numba cache (__pycache__/*.nbi, *.nbc).
+
+Reproducibility: no float reduction crosses rows, and every reduction in a row is the fold
+tree over the row's index, whose shape depends on its length alone, so neither the thread
+count nor the task split reaches a bit; decided values are the oracle's
+(mojolike.oracles.transformer, mojolike.oracles.attention).
+
+>>> import numpy as np
+>>> k = load("identical")
+>>> y, status = np.empty((1, 4), np.float32), np.empty(1, np.int32)
+>>> k.softmax_rows(np.zeros((1, 4), np.float32), False, y, status), y.tolist()
+(0, [[0.25, 0.25, 0.25, 0.25]])
+>>> k.layer_norm_rows(np.float32([[1, 3]]), np.zeros(1, np.float32), False,
+...                   np.zeros(1, np.float32), False, 0.0, y[:, :2]), y[0, :2].tolist()
+(None, [-1.0, 1.0])
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import boolean, float32, int32, int64, njit, prange, types, void
+
+from . import attention
+from .attention import _exp_any, exp_any  # noqa: F401  (exp_any: the retargetable source)
+from .base import NumbaBase
+from .crmath import _log_elem
+from .fold import NEG_ZERO, _chunk_dot, _chunk_fold, _pairwise
+from .simd import WIDTH, vload, vmax, vsplat, vstore
+from .threads import Twin, num_threads
+from ..oracles.fold import CHUNK, LANES
+
+_STRICT = dict(cache=True, error_model="numpy")  # fastmath off: no contraction, no reassociation
+IN1 = types.Array(float32, 1, "C", readonly=True)
+F1 = float32[::1]
+S1 = int32[::1]
+ZERO = np.float32(0.0)
+ONE = np.float32(1.0)
+POS_INF = np.float32(np.inf)
+TASK_ELEMENTS = 32768  # a parallel task takes whole rows, about this many elements
+
+
+@njit(inline="always", error_model="numpy")
+def _row_max(x, o, n, acc):
+    """(max of x[o : o + n] over its non-NaN values, whether one is NaN): 32 lane maxima, exact."""
+    full = n - n % LANES
+    lo = vsplat(x[o])
+    hi = lo
+    for b in range(0, full, LANES):
+        lo = vmax(vload(x, o + b), lo)
+        hi = vmax(vload(x, o + b + WIDTH), hi)
+    vstore(acc, 0, lo)
+    vstore(acc, WIDTH, hi)
+    mx = acc[0]
+    for j in range(1, LANES):
+        mx = acc[j] if acc[j] > mx else mx
+    for k in range(full, n):
+        v = x[o + k]
+        mx = v if v > mx else mx
+    nan = False
+    for k in range(n):
+        nan |= x[o + k] != x[o + k]
+    return mx, nan
+
+
+@njit(inline="always", error_model="numpy")
+def _row_fold(x, o, n, acc, partials):
+    for c in range(partials.size):
+        partials[c] = _chunk_fold(x, o + c * CHUNK, o + n, acc)
+    return _pairwise(partials)
+
+
+@njit(inline="always", error_model="numpy")
+def _row_dot(a, b, o, n, acc, partials):
+    for c in range(partials.size):
+        partials[c] = _chunk_dot(a, b, o + c * CHUNK, o + n, acc)
+    return _pairwise(partials)
+
+
+@njit(int64(IN1, int64, int64, boolean, F1, S1, int64), parallel=True, **_STRICT)
+def _softmax(x, m, n, log, y, status, per_task):
+    nch = (n + CHUNK - 1) // CHUNK
+    ntasks = (m + per_task - 1) // per_task
+    for task in prange(ntasks):
+        acc = np.empty(LANES, np.float32)
+        partials = np.empty(nch, np.float32)
+        sbits = np.empty(1, np.float32)
+        for r in range(task * per_task, min(task * per_task + per_task, m)):
+            o = r * n
+            status[r] = 0
+            mx, nan = _row_max(x, o, n, acc)
+            if nan:
+                for j in range(n):
+                    y[o + j] = np.float32(np.nan)
+                continue
+            bad = 0
+            for j in range(n):
+                d = x[o + j] - mx
+                e, ok = _exp_any(d)
+                y[o + j] = e
+                bad += not ok
+            s = _row_fold(y, o, n, acc, partials)
+            if log:
+                sbits[0] = s
+                lg, ok = _log_elem(np.int64(sbits.view(np.uint32)[0]))
+                if s != s:
+                    lg = s
+                    ok = True
+                bad += not ok
+                for j in range(n):
+                    d = x[o + j] - mx
+                    y[o + j] = d - lg
+            else:
+                for j in range(n):
+                    y[o + j] = y[o + j] / s
+            if bad:
+                status[r] = 1
+    return np.int64(status.sum())
+
+
+@njit(int64(IN1, IN1, int64, int64, boolean, F1, S1, int64), parallel=True, **_STRICT)
+def _softmax_backward(dy, y, m, n, log, dx, status, per_task):
+    nch = (n + CHUNK - 1) // CHUNK
+    ntasks = (m + per_task - 1) // per_task
+    for task in prange(ntasks):
+        acc = np.empty(LANES, np.float32)
+        partials = np.empty(nch, np.float32)
+        for r in range(task * per_task, min(task * per_task + per_task, m)):
+            o = r * n
+            status[r] = 0
+            if log:
+                c = _row_fold(dy, o, n, acc, partials)
+                bad = 0
+                for j in range(n):
+                    e, ok = _exp_any(y[o + j])
+                    t = e * c
+                    dx[o + j] = dy[o + j] - t
+                    bad += not ok
+                if bad:
+                    status[r] = 1
+            else:
+                c = _row_dot(dy, y, o, n, acc, partials)
+                for j in range(n):
+                    t = dy[o + j] - c
+                    dx[o + j] = y[o + j] * t
+    return np.int64(status.sum())
+
+
+@njit(inline="always", error_model="numpy")
+def _ln_stats(x, o, n, eps, c, acc, partials):
+    """(rstd) of row x[o : o + n], with c[o + j] = x_j - mean written: clause 4's order."""
+    nd = np.float32(n)
+    mean = _row_fold(x, o, n, acc, partials) / nd
+    for j in range(n):
+        c[o + j] = x[o + j] - mean
+    var = _row_dot(c, c, o, n, acc, partials) / nd
+    t = var + eps
+    return ONE / np.sqrt(t)
+
+
+@njit(void(IN1, int64, int64, IN1, boolean, IN1, boolean, float32, F1, int64), parallel=True,
+      **_STRICT)
+def _layer_norm(x, m, n, w, has_w, b, has_b, eps, y, per_task):
+    nch = (n + CHUNK - 1) // CHUNK
+    ntasks = (m + per_task - 1) // per_task
+    for task in prange(ntasks):
+        acc = np.empty(LANES, np.float32)
+        partials = np.empty(nch, np.float32)
+        for r in range(task * per_task, min(task * per_task + per_task, m)):
+            o = r * n
+            rstd = _ln_stats(x, o, n, eps, y, acc, partials)
+            if has_w and has_b:
+                for j in range(n):
+                    h = y[o + j] * rstd
+                    t = h * w[j]
+                    y[o + j] = t + b[j]
+            elif has_w:
+                for j in range(n):
+                    h = y[o + j] * rstd
+                    y[o + j] = h * w[j]
+            elif has_b:
+                for j in range(n):
+                    h = y[o + j] * rstd
+                    y[o + j] = h + b[j]
+            else:
+                for j in range(n):
+                    y[o + j] = y[o + j] * rstd
+
+
+@njit(void(IN1, IN1, int64, int64, IN1, boolean, float32, F1, F1, int64), parallel=True,
+      **_STRICT)
+def _layer_norm_backward(dy, x, m, n, w, has_w, eps, dx, hb, per_task):
+    nch = (n + CHUNK - 1) // CHUNK
+    nd = np.float32(n)
+    ntasks = (m + per_task - 1) // per_task
+    for task in prange(ntasks):
+        acc = np.empty(LANES, np.float32)
+        partials = np.empty(nch, np.float32)
+        for r in range(task * per_task, min(task * per_task + per_task, m)):
+            o = r * n
+            rstd = _ln_stats(x, o, n, eps, hb, acc, partials)
+            for j in range(n):
+                hb[o + j] = hb[o + j] * rstd
+            if has_w:  # dx holds g = dy * w first
+                for j in range(n):
+                    dx[o + j] = dy[o + j] * w[j]
+            else:
+                for j in range(n):
+                    dx[o + j] = dy[o + j]
+            a = _row_fold(dx, o, n, acc, partials) / nd
+            mm = _row_dot(dx, hb, o, n, acc, partials) / nd
+            for j in range(n):
+                t = dx[o + j] - a
+                u = hb[o + j] * mm
+                t = t - u
+                dx[o + j] = rstd * t
+
+
+_PLACEHOLDER = np.zeros(1, np.float32)  # the weight / bias argument when there is none
+
+# called with their work (elements) first: below native/threads.PARALLEL_MIN on the calling thread
+softmax_kernel, softmax_backward_kernel = Twin(_softmax), Twin(_softmax_backward)
+layer_norm_kernel, layer_norm_backward_kernel = Twin(_layer_norm), Twin(_layer_norm_backward)
+
+
+def _per_task(m: int, n: int) -> int:
+    """Whole rows per task, enough tasks to share among the threads: no bit depends on it."""
+    return max(1, min(-(-m // (4 * numba.get_num_threads())), TASK_ELEMENTS // max(n, 1)))
+
+
+def _flat(a):
+    return a.reshape(-1)
+
+
+class NumbaTransformer(NumbaBase):
+    """The transformer family's kernels on the CPU with numba (mojolike.core.interfaces.transformer)."""
+
+    backend = "cpu-numba"
+    takes_pieces = False
+
+    def __init__(self, mode: str):
+        self.numeric_mode = mode  # every mode runs the identical kernels: they keep the stronger promise
+        self.details = {"numba": numba.__version__, "threads": num_threads()}
+
+    def softmax_rows(self, x, log, y, status) -> int:
+        m, n = x.shape
+        return int(softmax_kernel(m * n, _flat(x), m, n, bool(log), _flat(y), status,
+                                  _per_task(m, n)))
+
+    def softmax_backward_rows(self, dy, y, log, dx, status) -> int:
+        m, n = y.shape
+        return int(softmax_backward_kernel(m * n, _flat(dy), _flat(y), m, n, bool(log), _flat(dx),
+                                           status, _per_task(m, n)))
+
+    def layer_norm_rows(self, x, w, has_w, b, has_b, eps, y) -> None:
+        m, n = x.shape
+        layer_norm_kernel(m * n, _flat(x), m, n, w if has_w else _PLACEHOLDER, bool(has_w),
+                          b if has_b else _PLACEHOLDER, bool(has_b), np.float32(eps), _flat(y),
+                          _per_task(m, n))
+
+    def layer_norm_backward_rows(self, dy, x, w, has_w, eps, dx, h) -> None:
+        m, n = x.shape
+        layer_norm_backward_kernel(m * n, _flat(dy), _flat(x), m, n, w if has_w else _PLACEHOLDER,
+                                   bool(has_w), np.float32(eps), _flat(dx), _flat(h),
+                                   _per_task(m, n))
+
+    def attention_forward(self, q, k, v, mask_bool, mask_add, mask_kind, mask_strides, causal,
+                          scale, p, keep_scale, k0, k1, stream, block_k, o, stats, status) -> int:
+        return attention.forward(q, k, v, mask_bool, mask_add, mask_kind, mask_strides, causal,
+                                 scale, p, keep_scale, k0, k1, stream, block_k, o, stats, status)
+
+    def attention_backward(self, do, q, k, v, o, stats, mask_bool, mask_add, mask_kind,
+                           mask_strides, causal, scale, p, keep_scale, k0, k1, stream, block_q,
+                           block_k, dq, dk, dv, status) -> int:
+        return attention.backward(do, q, k, v, o, stats, mask_bool, mask_add, mask_kind,
+                                  mask_strides, causal, scale, p, keep_scale, k0, k1, stream,
+                                  block_q, block_k, dq, dk, dv, status)
+
+
+def load(mode: str, backend: str = "cpu-numba") -> NumbaTransformer:
+    return NumbaTransformer(mode)
