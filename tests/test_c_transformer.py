@@ -235,7 +235,11 @@ CASES = {
     "negative scale": {"shape": (1, 1, 3, 4, 2, 2), "scale": -0.7},
     "zero scale": {"shape": (1, 1, 3, 4, 2, 2), "scale": 0.0},
     "scores near FLT_MAX": {"shape": (1, 2, 4, 5, 2, 2), "mag": 1.2e19, "scale": 1.0},
+    "finite scores near FLT_MAX": {"shape": (2, 1, 4, 5, 2, 2), "mag": 4e18, "scale": 1.0},
     "dropout 0.1": {"shape": (2, 2, 5, 6, 3, 4), "p": 0.1},
+    "dropout 0.1 on a stream past 2^32": {"shape": (1, 2, 3, 7, 2, 3), "p": 0.1, "stream": 2 ** 33 + 5},
+    "L=37 S=40 E=33 over two heads, a bool mask": {
+        "shape": (1, 2, 37, 40, 33, 2), "mask": bool_mask((1, 2, 37, 40), 5)},
     "dropout 0.5 causal": {"shape": (2, 2, 6, 6, 3, 2), "p": 0.5, "causal": True},
 }
 
