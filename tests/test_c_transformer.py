@@ -60,6 +60,7 @@ def special_rows(n, seed):
         x[4, 1] = -FLT_MAX
         x[5, : n // 2] = -0.0
     x[5, -1] = SUB
+    x[0, -1] = -100.0  # d near -100: a subnormal e_j
     return x
 
 
@@ -256,6 +257,22 @@ def test_attention_inputs_with_signed_zeros_equal_the_oracle(k):
     c.v[0, 0, 1] = -0.0
     c.do[0, 1, 2] = -0.0
     check(k, c, "signed zeros")
+
+
+def test_nan_and_inf_inputs_follow_ieee_as_the_oracle(k):
+    c = Call((1, 2, 4, 5, 3, 2), 78)
+    c.q[0, 0, 1, 0] = np.nan  # row 1 of head 0: NaN scores throughout
+    c.k[0, 1, 3, 1] = np.inf  # head 1: +-inf scores in column 3
+    c.v[0, 0, 2, 0] = np.inf
+    c.do[0, 1, 0, 1] = -np.inf
+    check(k, c, "nan and inf")
+
+
+def test_a_numpy_bool_mask_is_read_as_bytes(k):
+    c = Call(seed=1, **CASES["bool mask (L, S) broadcast, a fully masked row"])
+    o = c.forward(k, 16)[0]
+    c.margs = (c.mask, *c.margs[1:])  # the bool array itself, not its uint8 view
+    assert_same_bits(c.forward(k, 16)[0], o, "bool mask")
 
 
 def test_a_long_key_row_equals_the_oracle_for_every_key_and_query_block(k):
