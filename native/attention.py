@@ -57,7 +57,7 @@ from .crmath import EXP_HUGE, EXP_TINY, _exp_elem
 from .fold import NEG_ZERO
 from .simd import vadd, vload, vmul, vsplat, vstore
 
-_STRICT = dict(cache=True, error_model="numpy")  # fastmath off: no contraction, no reassociation
+_STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: no contraction, no reassociation
 _jit = njit(inline="always", error_model="numpy")
 PRIMITIVES = ("add", "sub", "mul", "div")
 IN1 = types.Array(float32, 1, "C", readonly=True)
@@ -120,7 +120,7 @@ def exp_any(d):
     w = d if inside else ZERO
     a, ok = _exp_elem(w)
     big = POS_INF if d >= EXP_HUGE else ZERO
-    special = d if d != d else big
+    special = d if d != d else big  # noqa: PLR0124 (NaN test)
     return (a if inside else special), (ok | (not inside))
 
 
@@ -313,8 +313,8 @@ def _forward(q, k, v, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1, 
                             continue
                         s = _score_elem(sbuf[jj], scale, kind, m2)
                         anyp = True
-                        nan |= s != s
-                        mx = s if s > mx else mx
+                        nan |= s != s  # noqa: PLR0124 (NaN test)
+                        mx = s if s > mx else mx  # noqa: FURB136 (exact, NaN apart)
             so = (bh * nl + i) * 2
             oo = (bh * nl + i) * nev
             if nan:
@@ -521,7 +521,7 @@ def _backward_q(do, q, k, v, o, stats, mb, madd, kind, ms, causal, scale, p, kee
                         kept = False
                         if dropout:
                             kept = _kept_elem(_word(k0, k1, stream, (bh * nl + i) * ns + j), p)
-                        pd, ds = _grad_elem(e, big_s, pbuf[jj], d_i, kept, keep_scale, dropout)
+                        _, ds = _grad_elem(e, big_s, pbuf[jj], d_i, kept, keep_scale, dropout)
                         anyq = True
                         _axpy_lane(lq, (j & 31) * ne, ds, k, (bh * ns + j) * ne, ne)
             while cur < nch:

@@ -46,16 +46,16 @@ import numba
 import numpy as np
 from numba import boolean, float32, int32, int64, njit, prange, types, void
 
+from ..oracles.fold import CHUNK, LANES
 from . import attention
 from .attention import _exp_any, exp_any  # noqa: F401  (exp_any: the retargetable source)
 from .base import NumbaBase
 from .crmath import _log_elem
-from .fold import NEG_ZERO, _chunk_dot, _chunk_fold, _pairwise
+from .fold import _chunk_dot, _chunk_fold, _pairwise
 from .simd import WIDTH, vload, vmax, vsplat, vstore
 from .threads import Twin, num_threads
-from ..oracles.fold import CHUNK, LANES
 
-_STRICT = dict(cache=True, error_model="numpy")  # fastmath off: no contraction, no reassociation
+_STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: no contraction, no reassociation
 IN1 = types.Array(float32, 1, "C", readonly=True)
 F1 = float32[::1]
 S1 = int32[::1]
@@ -78,10 +78,10 @@ def _row_max(x, o, n, acc):
     vstore(acc, WIDTH, hi)
     mx = acc[0]
     for j in range(1, LANES):
-        mx = acc[j] if acc[j] > mx else mx
+        mx = acc[j] if acc[j] > mx else mx  # noqa: FURB136 (exact, NaN apart)
     for k in range(full, n):
         v = x[o + k]
-        mx = v if v > mx else mx
+        mx = v if v > mx else mx  # noqa: FURB136
     nan = False
     for k in range(n):
         nan |= x[o + k] != x[o + k]
@@ -128,7 +128,7 @@ def _softmax(x, m, n, log, y, status, per_task):
             if log:
                 sbits[0] = s
                 lg, ok = _log_elem(np.int64(sbits.view(np.uint32)[0]))
-                if s != s:
+                if s != s:  # noqa: PLR0124 (NaN: logf(NaN) is NaN)
                     lg = s
                     ok = True
                 bad += not ok
