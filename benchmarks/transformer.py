@@ -19,17 +19,17 @@ import platform
 import numpy as np
 import torch
 import torch.nn.functional as F
-from timing import best_of
-
 from mojolike.native import transformer
 from mojolike.oracles import attention as spec
+from timing import best_of
 
 
 def cpu_model() -> str:
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return platform.processor()
