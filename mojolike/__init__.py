@@ -11,6 +11,7 @@ np.float32(0.75)
 from . import math, random
 from .core.refusals import BackendUnavailable, Refusal
 from .core.registry import backend_used, backends, numeric_mode_used
+from .ops.attention import scaled_dot_product_attention, scaled_dot_product_attention_backward
 from .ops.fold import dot, fold, sumsq
 from .ops.head import chunked_lm_head_loss
 from .ops.layers import (
@@ -26,6 +27,20 @@ from .ops.layers import (
 from .ops.loss import cross_entropy
 from .ops.rng import Generator
 from .ops.schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR
+from .ops.transformer import (
+    gelu,
+    gelu_backward,
+    layer_norm,
+    layer_norm_backward,
+    log_softmax,
+    log_softmax_backward,
+    matmul,
+    matmul_backward,
+    mean,
+    softmax,
+    softmax_backward,
+    sum,
+)
 from .optim.grads import accumulate_grads, accumulation_is_aligned, clip_grad_norm_, get_total_norm
 from .optim.optimizers import SGD, Adam, AdamW
 from .optim.outlier import OutlierDetector
@@ -43,4 +58,8 @@ __all__ = [
     "embedding_backward", "fold", "grad_checksum", "linear", "linear_backward", "load_state", "math",
     "mlp_inference_sessions", "numeric_mode_used", "random", "relu", "rms_norm",
     "rms_norm_backward", "save_state", "sumsq", "Tape",
+    "gelu", "gelu_backward", "layer_norm", "layer_norm_backward", "log_softmax",
+    "log_softmax_backward", "matmul", "matmul_backward", "mean",
+    "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "softmax",
+    "softmax_backward", "sum",
 ]

@@ -149,8 +149,8 @@ def softmax(x, dim=-1, *, backend=None, numeric_mode=None, entry, **unknown) -> 
     (contracts/transformer.md clauses 1-2); a row depends on itself only.
 
     >>> import numpy as np, mojolike
-    >>> mojolike.softmax(np.float32([0, np.log(3)]), backend="oracle").tolist()
-    [0.25, 0.75]
+    >>> mojolike.softmax(np.float32([0, 0, 0, 0]), backend="oracle").tolist()
+    [0.25, 0.25, 0.25, 0.25]
     """
     return _softmax(entry, x, dim, False, backend, numeric_mode)
 

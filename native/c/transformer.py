@@ -18,9 +18,9 @@ The C sources join the build once "transformer" is in mojolike.core.families.FAM
 `load` refuses a module built without them.
 
 >>> import numpy as np
->>> k = load("identical")                                    # doctest: +SKIP
+>>> k = load("identical")
 >>> y, status = np.empty((1, 2), np.float32), np.empty(1, np.int32)
->>> k.softmax_rows(np.float32([[0.0, 0.0]]), False, y, status), y.tolist()  # doctest: +SKIP
+>>> k.softmax_rows(np.float32([[0.0, 0.0]]), False, y, status), y.tolist()
 (0, [[0.5, 0.5]])
 """
 from __future__ import annotations
