@@ -62,7 +62,16 @@ def compile_ptx(fn, sig) -> str:
 
 
 def cuda_kernels():
-    from mojolike.native.cuda import crmath, fold, layers, loss, optim, rng, schedule, transformer
+    from mojolike.native.cuda import (
+        crmath,
+        fold,
+        layers,
+        loss,
+        optim,
+        rng,
+        schedule,
+        transformer,
+    )
     return [(f"{mod.__name__.rsplit('.', 1)[1]}.{name}", fn, sig)
             for mod in (fold, optim, crmath, loss, schedule, rng, layers, transformer)
             for name, (fn, sig) in mod.KERNELS.items()]
