@@ -9,17 +9,14 @@ operations: one IEEE rounding each, the same bits on every machine.
 """
 from __future__ import annotations
 
-import contextlib
 import inspect
 import weakref
-from fractions import Fraction
 
 import numpy as np
 
 from ..core import checks, registry
 from ..core.entry import entry_point
-from ..core.refusals import Refusal, refuse
-from ..ops.fold import fold
+from ..core.refusals import refuse
 from ..ops.head import chunked_lm_head_loss
 from ..ops.layers import (
     embedding,
@@ -32,7 +29,10 @@ from ..ops.layers import (
 )
 from ..ops.loss import cross_entropy
 from ..ops.rng import TWO64, Generator
-from ..oracles import f32
+from .tape_base import Value, _Node, as_entry, binary
+from .tape_math import MathOps
+from .tape_shapes import ShapeOps
+from .tape_transformer import TransformerOps
 
 # options the tape sets itself, so a caller's value would be ignored or contradicted
 _LOSS_OWN = {
@@ -54,50 +54,20 @@ def _loss_keywords(fn) -> tuple[str, ...]:
 _KEEPS_GRADIENTS = ("cross_entropy", "chunked_lm_head_loss")
 
 
-class Value:
-    """A value on a tape: `data` (a float32 array; a 0-d array for a scalar loss), `shape`,
-    and `requires_grad` (a parameter, or computed from one). Made by `Tape.param`,
-    `Tape.const` and the tape's ops; valid until `Tape.reset_to` drops it. The tape holds
-    only its parameters: any other value lives while the caller or a node that reads it
-    holds it."""
-
-    __slots__ = ("data", "requires_grad", "_tape", "_index", "_node", "_kind", "__weakref__")
-    _ENTRY = "mojolike.Tape.Value"
-
-    def __init__(self, data, requires_grad, tape, index, node, kind):
-        self.data, self.requires_grad = data, requires_grad
-        self._tape, self._index, self._node, self._kind = tape, index, node, kind
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.data.shape
-
-    @entry_point()
-    def item(self, *, entry, **unknown) -> float:
-        """The value of a one-element Value as a Python float (the float32 value, exactly)."""
-        if self.data.size != 1:
-            refuse(entry, "value", f"has shape {self.shape}; item() needs one element")
-        return float(self.data.reshape(-1)[0])
-
-    def __repr__(self) -> str:
-        what = self._kind if self._node is None else self._node.op
-        return f"Value({what}, shape={self.shape}, requires_grad={self.requires_grad})"
-
-
-class _Node:
-    __slots__ = ("op", "inputs", "saved", "spent")
-
-    def __init__(self, op, inputs, saved):
-        self.op, self.inputs, self.saved, self.spent = op, inputs, saved, False
-
-
-class Tape:
+class Tape(ShapeOps, MathOps, TransformerOps):
     """Define-by-run reverse mode: eager certified ops, one node each, one backward walk.
 
     `param(array)` registers a parameter (borrowed, never copied: an optimizer
     updating that array is seen by the next forward), `const(array)` a constant.
-    The ops `linear`, `embedding`, `rms_norm`, `relu`, `add`, `mul`, `dropout`,
-    `cross_entropy`, `chunked_lm_head_loss`, `sum`, `mean` take and return `Value`s.
+    The ops take and return `Value`s: `linear`, `embedding`, `rms_norm`, `relu`,
+    `dropout`, `cross_entropy`, `chunked_lm_head_loss` (here); broadcasting `add`,
+    `sub`, `mul`, `div` (a Python number on either side), `neg`, `exp`, `log`,
+    `tanh`, `sum` and `mean` over dims (`mojolike.training.tape_math`); `reshape`,
+    `view`, `transpose`, `permute`, `T`, `mT`, `getitem`, `narrow`, `cat`, `split`,
+    `detach` (`mojolike.training.tape_shapes`); `softmax`, `log_softmax`,
+    `layer_norm`, `gelu`, `matmul`, `scaled_dot_product_attention`
+    (`mojolike.training.tape_transformer`). A Value's operators and methods spell
+    them as torch does (`a + 1`, `x @ w`, `x.view(B, T, C)`, `x.mT`).
     `backward(loss, seed=1.0)` walks the nodes once, newest first, and returns the
     gradients of the parameters in registration order: None for a parameter the
     loss does not reach (torch leaves its `.grad` None; an optimizer skips it).
@@ -143,7 +113,7 @@ class Tape:
     @entry_point()
     def __init__(self, backend=None, numeric_mode=None, *, entry, **unknown):
         self.backend, self.numeric_mode = registry.resolve(entry, backend, numeric_mode)
-        self._on = dict(backend=self.backend, numeric_mode=self.numeric_mode)
+        self._on = {"backend": self.backend, "numeric_mode": self.numeric_mode}
         # position -> weak reference: the tape finds its values (reset_to) without keeping them
         self._values: dict[int, weakref.ref] = {}
         self._next = 0  # the position of the next value (mark())
@@ -222,7 +192,7 @@ class Tape:
         ins = [self._own(e, "x", x), self._own(e, "weight", weight)]
         if bias is not None:
             ins.append(self._own(e, "bias", bias))
-        with _as(e):
+        with as_entry(e):
             y = linear(*(v.data for v in ins), **self._on)
         return self._push("linear", y, ins, None)
 
@@ -234,7 +204,7 @@ class Tape:
         if isinstance(ids, Value):
             refuse(e, "ids", "must be a plain integer array, not a Value: no gradient flows to ids")
         w = self._own(e, "weight", weight)
-        with _as(e):
+        with as_entry(e):
             y = embedding(ids, w.data, padding_idx, **self._on)
         if np.ndim(ids) < 1:
             refuse(e, "ids", "must have at least one dimension (the gradient has rows)", value=ids)
@@ -247,7 +217,7 @@ class Tape:
         ins = [self._own(e, "x", x)]
         if weight is not None:
             ins.append(self._own(e, "weight", weight))
-        with _as(e):
+        with as_entry(e):
             y = rms_norm(ins[0].data, None if weight is None else ins[1].data, eps, **self._on)
         return self._push("rms_norm", y, ins, eps)
 
@@ -257,21 +227,9 @@ class Tape:
         (torch's threshold_backward: a select, so a NaN input passes its gradient)."""
         e = entry
         a = self._own(e, "x", x)
-        with _as(e):
+        with as_entry(e):
             y = relu(a.data, **self._on)
         return self._push("relu", y, [a], None)
-
-    @entry_point()
-    def add(self, a, b, *, entry, **unknown) -> Value:
-        """a + b elementwise, same shapes (residuals); the gradient goes to both."""
-        u, v = self._pair(entry, a, b)
-        return self._push("add", _binary(np.add, u.data, v.data), [u, v], None)
-
-    @entry_point()
-    def mul(self, a, b, *, entry, **unknown) -> Value:
-        """a * b elementwise, same shapes; gradients dy * b and dy * a (one rounding each)."""
-        u, v = self._pair(entry, a, b)
-        return self._push("mul", _binary(np.multiply, u.data, v.data), [u, v], None)
 
     @entry_point()
     def dropout(self, x, generator, p, *, offset=0, stream=None, entry, **unknown) -> Value:
@@ -282,7 +240,7 @@ class Tape:
         a = self._own(e, "x", x)
         if not isinstance(generator, Generator):
             refuse(e, "generator", f"must be a mojolike.Generator, not {type(generator).__name__}")
-        with _as(e):
+        with as_entry(e):
             runner, y, key = self._dropout_draw(e, generator, a.data, p, offset, stream)
         return self._push("dropout", y, [a], (runner, key))
 
@@ -311,7 +269,7 @@ class Tape:
         e = entry
         _reduction(e, options)
         z = self._own(e, "logits", logits)
-        with _as(e):
+        with as_entry(e):
             loss, dz = cross_entropy(z.data, targets, return_grad=True, **options, **self._on)
         return self._push("cross_entropy", np.array(loss, np.float32), [z], (dz,))
 
@@ -322,30 +280,10 @@ class Tape:
         e = entry
         _reduction(e, options)
         h, w = self._own(e, "hidden", hidden), self._own(e, "weight", weight)
-        with _as(e):
+        with as_entry(e):
             loss, dh, dw = chunked_lm_head_loss(h.data, w.data, targets, return_grad=True,
                                                 **options, **self._on)
         return self._push("chunked_lm_head_loss", np.array(loss, np.float32), [h, w], (dh, dw))
-
-    @entry_point()
-    def sum(self, x, *, entry, **unknown) -> Value:
-        """The `fold` of every element: a scalar; backward broadcasts the upstream gradient."""
-        e = entry
-        a = self._own(e, "x", x)
-        with _as(e):
-            s = fold(a.data, **self._on)
-        return self._push("sum", np.array(s, np.float32), [a], None)
-
-    @entry_point()
-    def mean(self, x, *, entry, **unknown) -> Value:
-        """fold(x) / n, n the element count rounded once to float32; backward broadcasts
-        (upstream / n), one rounding."""
-        e = entry
-        a = self._own(e, "x", x)
-        with _as(e):
-            s = fold(a.data, **self._on)
-        n = f32.round_fraction(Fraction(a.data.size))
-        return self._push("mean", np.array(f32.div(float(s), n), np.float32), [a], n)
 
     # -- backward -----------------------------------------------------------------------------
     @entry_point()
@@ -431,12 +369,17 @@ class Tape:
     # whole gradient when the walk reaches the value's own node (or at the end, for a parameter).
     def _contribute(self, slots: dict, v: Value, g: np.ndarray, owned: bool) -> None:
         slot = slots.get(v._index)
-        if slot is None:
+        if isinstance(g, dict):  # a part of a split: the hub joins its parts' gradients
+            if slot is None:
+                slots[v._index] = [dict(g), True]
+            else:
+                slot[0].update(g)
+        elif slot is None:
             slots[v._index] = [g, owned]
         elif slot[1]:
             np.add(slot[0], g, out=slot[0])  # this value's own buffer
         else:
-            slots[v._index] = [_binary(np.add, slot[0], g), True]  # a shared buffer: copy first
+            slots[v._index] = [binary(np.add, slot[0], g), True]  # a shared buffer: copy first
 
     def _gradient(self, slots: dict, v: Value):
         """[gradient, owned] of `v`, removed from `slots`; None when nothing reached it."""
@@ -461,14 +404,6 @@ class Tape:
         return [(np.where(node.inputs[0].data <= 0, np.float32(0.0), dy).astype(np.float32,
                                                                                  copy=False), True)]
 
-    def _back_add(self, node, dy):
-        return [(dy, False), (dy, False)]  # shared: whoever adds to it copies first
-
-    def _back_mul(self, node, dy):
-        a, b = node.inputs
-        return [(_binary(np.multiply, dy, b.data), True) if a.requires_grad else None,
-                (_binary(np.multiply, dy, a.data), True) if b.requires_grad else None]
-
     def _back_dropout(self, node, dy):
         generator, key = node.saved
         return [(generator.dropout_backward(dy, key), True)]
@@ -479,13 +414,6 @@ class Tape:
     def _back_chunked_lm_head_loss(self, node, dy):
         dh, dw = node.saved
         return [_scaled(dh, dy), _scaled(dw, dy)]
-
-    def _back_sum(self, node, dy):
-        return [(np.full(node.inputs[0].shape, dy, np.float32), True)]
-
-    def _back_mean(self, node, dy):
-        q = f32.div(float(dy), node.saved)
-        return [(np.full(node.inputs[0].shape, q, np.float32), True)]
 
     # -- helpers ------------------------------------------------------------------------------
     def _own(self, e: str, name: str, v) -> Value:
@@ -500,14 +428,6 @@ class Tape:
             refuse(e, name, "belongs to another tape")
         return v
 
-    def _pair(self, e: str, a, b) -> tuple[Value, Value]:
-        u, v = self._own(e, "a", a), self._own(e, "b", b)
-        if u.shape != v.shape:
-            refuse(e, "b", f"has shape {v.shape} but a has shape {u.shape}; {e} needs equal "
-                           f"shapes (no broadcasting)")
-        registry.check_fp_state(e, self.numeric_mode)
-        return u, v
-
     def _push(self, op: str, data: np.ndarray, inputs: list[Value], saved) -> Value:
         grad = any(v.requires_grad for v in inputs)
         return self._register(Value(data, grad, self, self._next,
@@ -521,30 +441,13 @@ def _borrow(e: str, array) -> np.ndarray:
     return array if isinstance(array, np.ndarray) else flat.reshape(checks.shape_of(array))
 
 
-@contextlib.contextmanager
-def _as(entry: str):
-    """Re-raise a certified op's refusal as the tape op's, same option and reason."""
-    try:
-        yield
-    except Refusal as r:
-        raise r.at(entry) from None
-
-
 def _reduction(e: str, options: dict) -> None:
     if options.get("reduction", "mean") not in ("mean", "sum"):
         refuse(e, "reduction", "must be 'mean' or 'sum': the tape's losses are scalars",
                value=options["reduction"])
 
 
-def _binary(fn, a, b) -> np.ndarray:
-    """fn(a, b) into a new float32 array of the operands' shape (0-d stays an array)."""
-    out = np.empty(np.broadcast_shapes(np.shape(a), np.shape(b)), np.float32)
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        fn(a, b, out=out)
-    return out
-
-
 def _scaled(kept: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, bool]:
     """A loss's kept gradient times the upstream scalar (x * 1 is x: skipped when it is 1; the
     kept buffer is then shared, so a later contribution copies it instead of adding in place)."""
-    return (kept, False) if float(dy) == 1.0 else (_binary(np.multiply, kept, dy), True)
+    return (kept, False) if float(dy) == 1.0 else (binary(np.multiply, kept, dy), True)
