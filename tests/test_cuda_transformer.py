@@ -130,6 +130,7 @@ def special_rows(n, seed):
         x[4, 1] = -FLT_MAX
         x[5, : n // 2] = -0.0
     x[5, -1] = SUB
+    x[0, -1] = -100.0  # d near -100: a subnormal e_j
     return x
 
 
@@ -319,6 +320,8 @@ CASES = {
     "additive mask with -inf over heads": {"shape": (2, 2, 4, 5, 2, 3), "mask": np.where(
         bool_mask((2, 1, 4, 5), 3, empty_row=1), data((2, 1, 4, 5), 4), -np.inf).astype(np.float32)},
     "scores near FLT_MAX": {"shape": (1, 1, 3, 4, 2, 2), "mag": 1.2e19, "scale": 1.0},
+    "E=Ev=33": {"shape": (1, 1, 2, 3, 33, 33)},
+    "dropout 0.1 custom scale": {"shape": (1, 2, 3, 4, 2, 3), "p": 0.1, "scale": -0.7},
     "dropout 0.5": {"shape": (1, 2, 4, 5, 3, 2), "p": 0.5},
     "dropout 0.5 causal": {"shape": (1, 1, 5, 5, 2, 2), "p": 0.5, "causal": True},
 }
@@ -336,6 +339,22 @@ def test_attention_inputs_with_signed_zeros_equal_the_oracle(k):
     c.v[0, 0, 1] = -0.0
     c.do[0, 1, 2] = -0.0
     check(k, c, "signed zeros")
+
+
+def test_nan_and_inf_inputs_follow_ieee_as_the_oracle(k):
+    c = Call((1, 2, 4, 5, 3, 2), 78)
+    c.q[0, 0, 1, 0] = np.nan  # row 1 of head 0: NaN scores throughout
+    c.k[0, 1, 3, 1] = np.inf  # head 1: +-inf scores in column 3
+    c.v[0, 0, 2, 0] = np.inf
+    c.do[0, 1, 0, 1] = -np.inf
+    check(k, c, "nan and inf")
+
+
+def test_a_numpy_bool_mask_is_read_as_bytes(k):
+    c = Call(seed=1, **CASES["bool mask (L, S) broadcast, a fully masked row"])
+    o = c.forward(k, 2)[0]
+    c.margs = (c.mask, *c.margs[1:])  # the bool array itself, not its uint8 view
+    assert_same_bits(c.forward(k, 2)[0], o, "bool mask")
 
 
 def test_block_sizes_never_reach_a_bit(k):
