@@ -315,15 +315,15 @@ def test_detach_shares_the_data_and_stops_the_gradient():
     same(g, x.data)  # d is a constant: only the left argument's contribution
 
 
-def test_a_split_part_keeps_the_sign_of_a_zero_gradient_and_an_unreached_part_gets_plus_zero():
+def test_split_joins_its_parts_gradients_so_a_minus_zero_keeps_its_sign():
+    # parts scattered into zeros and added would give -0.0 + +0.0 = +0.0 at [0, 0]
     tape = Tape(backend="cpu-numba")
-    x = tape.param(data((4, 2), 63))
-    a, _ = x.split(2)
+    x = tape.param(data((6, 2), 63))
+    a, b, _ = x.split(2)
     r = np.float32([[-0.0, 1.0], [2.0, -0.0]])
-    (g,) = tape.backward((a * tape.const(r)).sum())
-    want = np.concatenate([r, np.zeros((2, 2), np.float32)])
-    same(g, want)
-    assert np.signbit(g[0, 0]) and not np.signbit(g[2, 0])
+    (g,) = tape.backward((a * tape.const(r)).sum() + (b * tape.const(r + 1)).sum())
+    same(g, np.concatenate([r, r + 1, np.zeros((2, 2), np.float32)]))
+    assert np.signbit(g[0, 0]) and np.signbit(g[1, 1]) and not np.signbit(g[4, 0])
 
 
 def test_fan_in_adds_three_readers_contributions_newest_consumer_first():
