@@ -26,10 +26,9 @@ import sys
 import time
 
 import numpy as np
-from numba import njit, prange
-
 from mojolike.native import erf_tanh as kern
 from mojolike.oracles import erf_tanh as spec
+from numba import njit, prange
 
 CHUNK = 1 << 24
 SLACK = 2.0 ** -48
