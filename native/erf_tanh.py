@@ -27,7 +27,8 @@ Rounding test: y - eb and y + eb (eb = y times the budget, the sign applied to y
 exactly) rounded to binary32 must agree, else the slot gets UNDECIDED (0x7FA00DAD)
 and is counted. The budget only decides how many slots are undecided; that every
 decided value is the correctly rounded one is checked by the exhaustive walk
-(benchmarks/erf_tanh_kernels_exhaustive.py) against the oracle, over all 2^32 inputs.
+(benchmarks/erf_tanh_kernels_exhaustive.py) against the oracle, over all 2^32 inputs:
+0 errors for both, 4 tanhf and 16 erff inputs undecided (contracts/erf_tanh_hard.py).
 
 Special values as oracles/erf_tanh.py: NaN quieted with its payload, +-0 kept,
 +-1 from TANH_ONE / ERF_ONE up (infinities included). The GELU kernels compute the
