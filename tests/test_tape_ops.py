@@ -304,6 +304,22 @@ def test_operators_read_as_torch_and_x_plus_x_works():
     same(g, np.full((2, 3), 2, np.float32))
     assert x.size() == (2, 3) and x.size(-1) == 3 and x.dim() == 2 and len(x) == 2
     assert x.contiguous() is x
+    same((np.float32(2) * x).data, f(2) * a)  # a numpy scalar is a Python number here
+    same((np.int64(3) - x).data, f(3) - a)
+
+
+def test_an_operator_on_a_value_dropped_by_reset_to_is_refused_by_the_ops_name():
+    tape = Tape(backend="cpu-numba")
+    x = tape.param(data((2, 3), 64))
+    m = tape.mark()
+    y = x * 2
+    tape.reset_to(m)
+    with pytest.raises(Refusal) as e:
+        y + 1
+    assert (e.value.entry_point, e.value.option) == ("mojolike.Tape.add", "a")
+    with pytest.raises(Refusal) as e:
+        x + y
+    assert (e.value.entry_point, e.value.option) == ("mojolike.Tape.add", "b")
 
 
 def test_detach_shares_the_data_and_stops_the_gradient():

@@ -102,43 +102,43 @@ class Value:
         what = self._kind if self._node is None else self._node.op
         return f"Value({what}, shape={self.shape}, requires_grad={self.requires_grad})"
 
-    def _on(self, op: str):
-        """The tape this value belongs to, else a refusal naming the tape's op."""
+    def _on(self, op: str, name: str = "x"):
+        """The tape this value belongs to, else a refusal naming the tape's op and argument."""
         if self._tape is None:
-            refuse(f"mojolike.Tape.{op}", "x", "was dropped by reset_to; values made after a mark "
+            refuse(f"mojolike.Tape.{op}", name, "was dropped by reset_to; values made after a mark "
                                              "live until the tape is reset to it")
         return self._tape
 
     # -- operators: the tape's ops, torch's reading ---------------------------------------------
     def __add__(self, other):
-        return self._on("add").add(self, other)
+        return self._on("add", "a").add(self, other)
 
     def __radd__(self, other):
-        return self._on("add").add(other, self)
+        return self._on("add", "b").add(other, self)
 
     def __sub__(self, other):
-        return self._on("sub").sub(self, other)
+        return self._on("sub", "a").sub(self, other)
 
     def __rsub__(self, other):
-        return self._on("sub").sub(other, self)
+        return self._on("sub", "b").sub(other, self)
 
     def __mul__(self, other):
-        return self._on("mul").mul(self, other)
+        return self._on("mul", "a").mul(self, other)
 
     def __rmul__(self, other):
-        return self._on("mul").mul(other, self)
+        return self._on("mul", "b").mul(other, self)
 
     def __truediv__(self, other):
-        return self._on("div").div(self, other)
+        return self._on("div", "a").div(self, other)
 
     def __rtruediv__(self, other):
-        return self._on("div").div(other, self)
+        return self._on("div", "b").div(other, self)
 
     def __matmul__(self, other):
-        return self._on("matmul").matmul(self, other)
+        return self._on("matmul", "a").matmul(self, other)
 
     def __rmatmul__(self, other):
-        return self._on("matmul").matmul(other, self)
+        return self._on("matmul", "b").matmul(other, self)
 
     def __neg__(self):
         return self._on("neg").neg(self)
