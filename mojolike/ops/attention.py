@@ -143,7 +143,7 @@ def check_call(entry: str, query, key, value, attn_mask, dropout_p, is_causal, s
     return call, (generator if p > 0 else None), (stream if p > 0 else None)
 
 
-def _take_stream(call: Call, generator, stream) -> Call:
+def take_stream(call: Call, generator, stream) -> Call:
     """The call with its dropout stream: the one given, else the generator's next."""
     if generator is None or stream is not None:
         return call
@@ -276,7 +276,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     call, gen, st = check_call(entry, query, key, value, attn_mask, dropout_p, is_causal, scale,
                            enable_gqa, generator, stream, backward=False)
     k = registry.kernels(entry, FAMILY, backend, numeric_mode)
-    call = _take_stream(call, gen, st)
+    call = take_stream(call, gen, st)
     return forward(entry, call, k.backend, k.numeric_mode)[0]
 
 

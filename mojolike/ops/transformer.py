@@ -359,7 +359,7 @@ def gelu_backward(dy, x, approximate="none", *, backend=None, numeric_mode=None,
 
 
 # -- sums over dimensions -----------------------------------------------------------------------
-def _dims(entry: str, dim, ndim: int) -> tuple[int, ...]:
+def reduced_dims(entry: str, dim, ndim: int) -> tuple[int, ...]:
     """dim (None: every dimension; an int; a tuple of distinct ints) as sorted non-negative ints."""
     if dim is None:
         return tuple(range(ndim))
@@ -388,7 +388,7 @@ def fold_dims(entry: str, a: np.ndarray, dims: tuple[int, ...], k) -> np.ndarray
 
 def _sum(entry, x, dim, keepdim, backend, numeric_mode, mean: bool):
     a = array(entry, "x", x)
-    dims = _dims(entry, dim, a.ndim)
+    dims = reduced_dims(entry, dim, a.ndim)
     keepdim = checks.switch(entry, "keepdim", keepdim)
     k = _kernels(entry, "layers", backend, numeric_mode)
     y = fold_dims(entry, a, dims, k)

@@ -205,7 +205,7 @@ class MathOps:
     def _reduce(self, e: str, op: str, x, dim, keepdim) -> Value:
         a = self._own(e, "x", x)
         with as_entry(e):
-            dims = tops._dims(e, dim, a.data.ndim)
+            dims = tops.reduced_dims(e, dim, a.data.ndim)
             keep = checks.switch(e, "keepdim", keepdim)
             count = 1
             for d in dims:

@@ -128,7 +128,7 @@ class TransformerOps:
             call, gen, st = attn.check_call(e, q.data, k.data, v.data, mask, dropout_p,
                                             is_causal, scale, enable_gqa, generator, stream,
                                             backward=False)
-            call = attn._take_stream(call, gen, st)
+            call = attn.take_stream(call, gen, st)
             o, stats, kset = attn.forward(e, call, self.backend, self.numeric_mode)
         return self._push("scaled_dot_product_attention", o, [q, k, v], (call, o, stats, kset))
 
