@@ -103,7 +103,8 @@ def main() -> None:
     args = p.parse_args()
     k = transformer.load("identical")
     print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus); numba threads {k.get_num_threads()}, "
-          f"torch threads {torch.get_num_threads()}, torch {torch.__version__}")
+          f"torch threads {torch.get_num_threads()}, torch {torch.__version__}; "
+          f"load average {os.getloadavg()[0]:.2f}")
     rows = tuple(int(v) for v in args.rows.split(","))
     shape = tuple(int(v) for v in args.shape.split(","))
     for name in args.only.split(","):
@@ -114,7 +115,7 @@ def main() -> None:
             ours, theirs = rows_case(k, rows, args.repeat, name)
             what = f"{name} fwd+bwd {rows}"
         print(f"{what}: cpu-numba {ours * 1e3:.1f} ms, torch {theirs * 1e3:.1f} ms, "
-              f"ratio {ours / theirs:.2f}")
+              f"ratio {ours / theirs:.2f} (load average {os.getloadavg()[0]:.2f})")
 
 
 if __name__ == "__main__":

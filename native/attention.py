@@ -1,40 +1,35 @@
-"""numba CPU kernels for the fused scaled-dot-product attention, forward and backward
-(contracts/transformer.md clauses 10-15), called by native/transformer.py.
+"""numba CPU kernels for the fused scaled-dot-product attention forward (contracts/transformer.md
+clauses 10-13), the per-element source the backends share, and the vector pieces the backward
+(native/attention_backward.py) uses; native/transformer.py calls both.
 
-Forward, parallel over tasks of (b, h, QUERY_BLOCK rows); each task transposes its head's
-keys once (E x S, so that 16 keys' dot products are one vector per lane step) and then, per
-query row, makes two passes over the key blocks of block_k keys:
+The host transposes each head's keys and values once (E x S and Ev x S, keys along a row), so
+that 16 keys' dot products are one vector per coordinate. Forward, parallel over tasks of
+(b, h, QUERY_BLOCK rows), per query row and tile of 16 keys:
 
-1. the row max of the taking-part scores s_ij = scale * dot(q_i, k_j) (+ m_ij);
-2. the scores again, e_ij = expf(s_ij - mx_i), and the fold state of S_i and of every
-   o_i[d]: 32 lane accumulators indexed by j mod 32, closed at each 1024-key chunk by the
-   butterfly into a chunk partial; the partials meet on the pairwise tree at the end.
+1. the scores s_ij = scale * dot(q_i, k_j) (+ m_ij) as one vector, kept for the row (S floats),
+   and the row max over the taking part (exact, first of equals kept; NaN if one score is NaN);
+2. per tile, d = s - mx_i, e = expf(d) for the 16 keys (one loop, vectorized where the target
+   has gathers), and the fold state of S_i and of every o_i[d]: 32 lane accumulators indexed by
+   j mod 32 (a tile is one half of them), closed at each 1024-key chunk by the butterfly into a
+   chunk partial; the partials meet on the pairwise tree at the end.
 
-Keys are visited in ascending order, the lane of key j is j mod 32 and its chunk j // 1024,
-so block_k only shapes the loops and never reaches a bit; a position that does not take
-part is skipped, which is the fold's -0.0 (it changes no lane). No (L, S) matrix is ever
-held: a row's state is 32 x (Ev + 1) floats and one partial per chunk.
-
-Backward, two passes from the forward's o and stats (mx_i, S_i): one parallel over
-(b, h, key block) computes dK and dV, each key's folds over i carried in ascending i
-(lane i mod 32, chunk i // 1024) across all query rows, 16 keys at a time; one parallel over
-(b, h, query block) computes dQ, each row's fold over j carried across the key blocks.
-Both recompute s, e, p = e / S_i, dP = dot(do_i, v_j) (* c_ij) and dS = p (dP - D_i),
-D_i = dot(do_i, o_i), exactly as oracles/attention.py's head_backward. An output none of
-whose terms takes part is +0.0 (times the scale for dK, dQ), as fold over no term is.
+Dot products over E keep their 32 lanes in registers and evaluate the butterfly depth first
+(native/fold.py's tree, operands in its order). A position that does not take part adds
+nothing (a select gives the lane -0.0, the fold's identity), so the lane of key j stays j mod 32
+and its chunk j // 1024, whatever block_k (keys are visited in ascending tiles of 16; block_k
+never reaches a bit). No (L, S) matrix is held: a row's state is 32 x (Ev + 1) floats, its S
+scores and one partial per chunk.
 
 The retargetable per-element source (plain scalar arguments, one IEEE operation per
 statement, primitives add/sub/mul/div by name): `takes_part`, `score_elem`, `kept_elem`,
-`weight_elem`, `grad_elem`, with transformer.exp_any for expf; native/cuda can compile them
-with native/retarget.py. The dot products and folds are native/fold.py's tree spelled with
-native/simd.py vectors (SIMD across 16 keys for the scores, across coordinates for the
-weighted sums).
+`weight_elem`, `grad_elem`, `exp_any`; native/cuda compiles them with native/retarget.py. The
+vector spellings here make the same operations lane by lane, in the same order.
 
 An undecided expf marks its head in status (1; outputs then unspecified) and the host redoes
 the head with the oracle; the kernels return the number of marked heads.
 
-Reproducibility: parallel only over independent outputs (rows for o and dQ, keys for dK and
-dV); every fold's order is the contract's, whatever the block sizes and thread count.
+Reproducibility: parallel only over independent outputs (rows for o); every fold's order is the
+contract's, whatever the block sizes and thread count.
 
 >>> import numpy as np
 >>> q = np.float32([1, 0]).reshape(1, 1, 1, 2); k = np.float32([1, 0, 0, 1]).reshape(1, 1, 2, 2)
@@ -50,12 +45,15 @@ from operator import add, mul, sub
 from operator import truediv as div
 
 import numpy as np
+from llvmlite import ir
 from numba import boolean, float32, int32, int64, njit, prange, types, uint8, uint64
+from numba.core.extending import intrinsic
 
 from . import rng
 from .crmath import EXP_HUGE, EXP_TINY, _exp_elem
 from .fold import NEG_ZERO
-from .simd import vadd, vload, vmul, vsplat, vstore
+from .simd import vadd, vbutterfly, vload, vmul, vsplat, vstore, vsub
+from .simd import vec as _vec
 
 _STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: no contraction, no reassociation
 _jit = njit(inline="always", error_model="numpy")
@@ -66,6 +64,7 @@ MS = types.Array(int64, 1, "C", readonly=True)
 F1 = float32[::1]
 S1 = int32[::1]
 ZERO = np.float32(0.0)
+ONE = np.float32(1.0)
 POS_INF = np.float32(np.inf)
 NEG_INF = np.float32(-np.inf)
 TWO_M24 = np.float32(2.0 ** -24)
@@ -163,20 +162,6 @@ def _dots16(x, xo, n, t, ld, col, lanes, parts):
 
 
 @_jit
-def _dot(a, ao, b, bo, n, acc, parts):
-    """fold of a[ao + e] * b[bo + e] over e < n (scalar lanes)."""
-    nch = (n + 1023) // 1024
-    for c in range(nch):
-        for lane in range(32):
-            acc[lane] = NEG_ZERO
-        for e in range(c * 1024, min(c * 1024 + 1024, n)):
-            t = a[ao + e] * b[bo + e]
-            acc[e & 31] = acc[e & 31] + t
-        parts[c] = _butterfly(acc, 0, 1)
-    return _pairwise(parts, 0, nch, 1)
-
-
-@_jit
 def _butterfly(a, o, stride):
     """The fold's butterfly over the 32 lanes a[o + l * stride]; returns lane 0 (overwrites)."""
     off = 16
@@ -200,41 +185,6 @@ def _pairwise(p, o, k, stride):
         else:
             k = h
     return p[o]
-
-
-@_jit
-def _close(lanes, width, parts, c, nch):
-    """Chunk c's partials of `width` folds whose 32 lanes are lanes[l * width + x]: the
-    butterfly for each x into parts[x * nch + c], then the lanes reset to -0.0."""
-    off = 16
-    while off >= 1:
-        for j in range(off):
-            for x in range(width):
-                lanes[j * width + x] = lanes[j * width + x] + lanes[(j + off) * width + x]
-        off //= 2
-    for x in range(width):
-        parts[x * nch + c] = lanes[x]
-    lanes[:32 * width] = NEG_ZERO
-
-
-@_jit
-def _axpy_lane(lanes, lo, w, y, yo, n):
-    """lanes[lo + x] += w * y[yo + x] for x < n (one product, one addition per coordinate)."""
-    full = n - n % 16
-    vw = vsplat(w)
-    for x in range(0, full, 16):
-        vstore(lanes, lo + x, vadd(vload(lanes, lo + x), vmul(vw, vload(y, yo + x))))
-    for x in range(full, n):
-        t = w * y[yo + x]
-        lanes[lo + x] = lanes[lo + x] + t
-
-
-@_jit
-def _transpose(src, so, rows, width, dst, ld, col):
-    """dst[x * ld + col + r] = src[so + r * width + x]: `rows` vectors of `width` as columns."""
-    for r in range(rows):
-        for x in range(width):
-            dst[x * ld + col + r] = src[so + r * width + x]
 
 
 @_jit
@@ -266,13 +216,167 @@ def _mark(counts, nheads, per_head, status):
     return np.int64(marked)
 
 
+
+
+# -- vector pieces ------------------------------------------------------------------------------
+
+_V = ir.VectorType(ir.FloatType(), TILE)
+
+
+@intrinsic
+def vkeep(typingctx, flags, a):
+    """Lane by lane a where flags is nonzero, else -0.0 (a select: exact, the fold's identity)."""
+    if flags != _vec or a != _vec:
+        return None
+
+    def codegen(context, builder, sig, args):
+        on = builder.fcmp_unordered("!=", args[0], ir.Constant(_V, [0.0] * TILE))
+        return builder.select(on, args[1], ir.Constant(_V, [-0.0] * TILE))
+    return _vec(flags, a), codegen
+
+
+@_jit
+def _lane(x, xo, n, t, ld, col, lane):
+    """Lane `lane` of the fold over e < n <= 1024 of x[xo + e] * t[e * ld + col + k], 16 k at once."""
+    acc = vsplat(NEG_ZERO)
+    for e in range(lane, n, 32):
+        acc = vadd(acc, vmul(vsplat(x[xo + e]), vload(t, e * ld + col)))
+    return acc
+
+
+# the butterfly depth first: level `off` of lane l is (level 2 off of l) + (level 2 off of l + off)
+@_jit
+def _b16(x, xo, n, t, ld, col, lane):
+    return vadd(_lane(x, xo, n, t, ld, col, lane), _lane(x, xo, n, t, ld, col, lane + 16))
+
+
+@_jit
+def _b8(x, xo, n, t, ld, col, lane):
+    return vadd(_b16(x, xo, n, t, ld, col, lane), _b16(x, xo, n, t, ld, col, lane + 8))
+
+
+@_jit
+def _b4(x, xo, n, t, ld, col, lane):
+    return vadd(_b8(x, xo, n, t, ld, col, lane), _b8(x, xo, n, t, ld, col, lane + 4))
+
+
+@_jit
+def _b2(x, xo, n, t, ld, col, lane):
+    return vadd(_b4(x, xo, n, t, ld, col, lane), _b4(x, xo, n, t, ld, col, lane + 2))
+
+
+@_jit
+def tile_dots(x, xo, n, t, ld, col, lanes, parts):
+    """The 16 dot products of `_dots16`, with the lanes in registers when n fits one chunk."""
+    if n <= 1024:
+        return vadd(_b2(x, xo, n, t, ld, col, 0), _b2(x, xo, n, t, ld, col, 1))
+    return _dots16(x, xo, n, t, ld, col, lanes, parts)
+
+
+@_jit
+def exp_tile(d, e, flags):
+    """e[k] = expf(d[k]) for the 16 k (branch-free: one loop the vectorizer packs where the
+    target gathers); the number of undecided values among the keys whose flag is set."""
+    bad = 0
+    for k in range(TILE):
+        a, ok = _exp_any(d[k])
+        e[k] = a
+        bad += (flags[k] != ZERO) & (not ok)
+    return bad
+
+
+@_jit
+def tile_flags(mb, madd, kind, ms, causal, b, h, i, g, jstart, jend, flags, madds):
+    """flags[k] = 1.0 where key g + k (in [jstart, jend)) takes part in row i, else 0.0;
+    madds[k] its additive mask entry; returns how many take part."""
+    n = 0
+    for k in range(TILE):
+        j = g + k
+        part = False
+        m2 = ZERO
+        if jstart <= j < jend:
+            m1, m2 = _mask_at(mb, madd, kind, ms, b, h, i, j)
+            part = _takes_part(causal, kind, m1, i, j)
+        flags[k] = ONE if part else ZERO
+        madds[k] = m2
+        n += part
+    return n
+
+
+@_jit
+def tile_keep(k0, k1, stream, p, keep_scale, base, g, jend, cs):
+    """cs[k] = c of key g + k at dropout position base + g + k: keep_scale if kept, else 0.0."""
+    for k in range(TILE):
+        j = g + k
+        kept = False
+        if j < jend:
+            kept = _kept_elem(_word(k0, k1, stream, base + j), p)
+        cs[k] = keep_scale if kept else ZERO
+
+
+@_jit
+def vdot(a, ao, b, bo, n, acc, parts):
+    """fold of a[ao + e] * b[bo + e] over e < n: rows of 32 as two vectors, a short row's terms
+    added to their lanes one by one (each lane's terms in ascending order, as the tree says)."""
+    nch = (n + 1023) // 1024
+    for c in range(nch):
+        base = c * 1024
+        end = min(base + 1024, n)
+        full = base + (end - base) // 32 * 32
+        lo = vsplat(NEG_ZERO)
+        hi = vsplat(NEG_ZERO)
+        for r in range(base, full, 32):
+            lo = vadd(lo, vmul(vload(a, ao + r), vload(b, bo + r)))
+            hi = vadd(hi, vmul(vload(a, ao + r + 16), vload(b, bo + r + 16)))
+        vstore(acc, 0, lo)
+        vstore(acc, 16, hi)
+        for e in range(full, end):
+            t = a[ao + e] * b[bo + e]
+            acc[e - full] = acc[e - full] + t
+        parts[c] = vbutterfly(vload(acc, 0), vload(acc, 16))
+    return _pairwise(parts, 0, nch, 1)
+
+
+@_jit
+def close_lanes(lanes, width, parts, c, nch):
+    """Chunk c's partials of `width` (a multiple of 16) folds whose 32 lanes are
+    lanes[l * width + x]: the butterfly for each x into parts[c * width + x], lanes reset."""
+    off = 16
+    while off >= 1:
+        for j in range(off):
+            for x in range(0, width, TILE):
+                vstore(lanes, j * width + x, vadd(vload(lanes, j * width + x),
+                                                  vload(lanes, (j + off) * width + x)))
+        off //= 2
+    for x in range(0, width, TILE):
+        vstore(parts, c * width + x, vload(lanes, x))
+    lanes[:32 * width] = NEG_ZERO
+
+
+@_jit
+def close_rows(lanes, rows, parts, c, nch):
+    """Chunk c's partials of `rows` folds whose 32 lanes are lanes[r * 32 + l]: parts[r * nch + c]."""
+    for r in range(rows):
+        parts[r * nch + c] = vbutterfly(vload(lanes, r * 32), vload(lanes, r * 32 + 16))
+    lanes[:32 * rows] = NEG_ZERO
+
+
+def transposed(x, sp):
+    """(B, H, N, W) -> (B, H, sp / 16, W, 16): each tile of 16 keys (zero padded to sp) as W
+    rows of 16, contiguous, so that a tile's loads stream (host side)."""
+    nb, nh, n, w = x.shape
+    t = np.zeros((nb, nh, sp, w), np.float32)
+    t[:, :, :n] = x
+    return np.ascontiguousarray(t.reshape(nb, nh, sp // TILE, TILE, w).swapaxes(3, 4)).reshape(-1)
+
+
 # -- forward ------------------------------------------------------------------------------------
 
 @njit(int64(IN1, IN1, IN1, MB, IN1, int64, MS, boolean, float32, float32, float32, uint64,
-            uint64, uint64, int64, int64, int64, int64, int64, int64, int64, F1, F1, S1),
+            uint64, uint64, int64, int64, int64, int64, int64, int64, F1, F1, S1),
       parallel=True, **_STRICT)
-def _forward(q, k, v, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1, stream,
-             nb, nh, nl, ns, ne, nev, block_k, o, stats, status):
+def _forward(q, kt, vt, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1, stream,
+             nb, nh, nl, ns, ne, nev, o, stats, status):
     nqb = (nl + QUERY_BLOCK - 1) // QUERY_BLOCK
     ntasks = nb * nh * nqb
     nch = (ns + 1023) // 1024
@@ -282,36 +386,44 @@ def _forward(q, k, v, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1, 
     for task in prange(ntasks):
         bh = task // nqb
         b, h = bh // nh, bh % nh
-        kt = np.zeros(ne * sp, np.float32)
-        _transpose(k, bh * ns * ne, ns, ne, kt, sp, 0)
+        kto, vto = bh * ne * sp, bh * nev * sp
         lanes = np.empty(32 * 16, np.float32)
         vparts = np.empty(16 * ((ne + 1023) // 1024), np.float32)
-        sbuf = np.empty(TILE, np.float32)
+        srow = np.empty(sp, np.float32)  # the row's scores
+        frow = np.empty(sp, np.float32)  # and which keys take part (1.0)
+        whole = np.empty(sp // TILE, np.bool_)  # tiles whose every key takes part
+        madds = np.empty(TILE, np.float32)
+        dbuf = np.empty(TILE, np.float32)
+        ebuf = np.empty(TILE, np.float32)
+        cs = np.ones(TILE, np.float32)
         ls = np.empty(32, np.float32)
-        lo_ = np.empty(32 * nev, np.float32)
+        lo_ = np.empty(32 * nev, np.float32)  # lo_[x * 32 + lane]
         ps = np.empty(nch, np.float32)
         po = np.empty(nev * nch, np.float32)
         bad = 0
         i0 = task % nqb * QUERY_BLOCK
         for i in range(i0, min(i0 + QUERY_BLOCK, nl)):
             qo = (bh * nl + i) * ne
-            # pass 1: the row max over the taking part (exact; NaN if one score is NaN)
+            nsi = min(ns, i + 1) if causal else ns  # causal keys past i take no part
+            # pass 1: the scores, and the row max over the taking part
             mx = NEG_INF
             nan = False
             anyp = False
-            nsi = min(ns, i + 1) if causal else ns  # causal keys past i take no part
-            for jb in range(0, nsi, block_k):
-                j1 = min(jb + block_k, ns)
-                for g in range(jb - jb % TILE, j1, TILE):
-                    vstore(sbuf, 0, _dots16(q, qo, ne, kt, sp, g, lanes, vparts))
-                    for jj in range(TILE):
-                        j = g + jj
-                        if j < jb or j >= j1:
-                            continue
-                        m1, m2 = _mask_at(mb, madd, kind, ms, b, h, i, j)
-                        if not _takes_part(causal, kind, m1, i, j):
-                            continue
-                        s = _score_elem(sbuf[jj], scale, kind, m2)
+            for g in range(0, nsi, TILE):
+                sv = vmul(vsplat(scale), tile_dots(q, qo, ne, kt, TILE, kto + g * ne, lanes, vparts))
+                full = kind == 0 and g + TILE <= nsi
+                whole[g // TILE] = full
+                if full:
+                    vstore(frow, g, vsplat(ONE))
+                else:
+                    tile_flags(mb, madd, kind, ms, causal, b, h, i, g, 0, nsi, frow[g:g + TILE],
+                               madds)
+                    if kind == 2:
+                        sv = vadd(sv, vload(madds, 0))
+                vstore(srow, g, sv)
+                for j in range(g, g + TILE):
+                    if frow[j] != ZERO:
+                        s = srow[j]
                         anyp = True
                         nan |= s != s  # noqa: PLR0124 (NaN test)
                         mx = s if s > mx else mx  # noqa: FURB136 (exact, NaN apart)
@@ -328,35 +440,36 @@ def _forward(q, k, v, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1, 
             ls[:] = NEG_ZERO
             lo_[:] = NEG_ZERO
             cur = 0
-            for jb in range(0, nsi, block_k):
-                j1 = min(jb + block_k, ns)
-                for g in range(jb - jb % TILE, j1, TILE):
-                    vstore(sbuf, 0, _dots16(q, qo, ne, kt, sp, g, lanes, vparts))
-                    for jj in range(TILE):
-                        j = g + jj
-                        if j < jb or j >= j1:
-                            continue
-                        m1, m2 = _mask_at(mb, madd, kind, ms, b, h, i, j)
-                        if not _takes_part(causal, kind, m1, i, j):
-                            continue
-                        while cur < j // 1024:
-                            _close(ls, 1, ps, cur, nch)
-                            _close(lo_, nev, po, cur, nch)
-                            cur += 1
-                        s = _score_elem(sbuf[jj], scale, kind, m2)
-                        d = s - mx
-                        e, ok = _exp_any(d)
-                        bad += not ok
-                        lane = j & 31
-                        ls[lane] = ls[lane] + e
-                        kept = False
-                        if dropout:
-                            kept = _kept_elem(_word(k0, k1, stream, (bh * nl + i) * ns + j), p)
-                        w = _weight_elem(e, kept, keep_scale, dropout)
-                        _axpy_lane(lo_, lane * nev, w, v, (bh * ns + j) * nev, nev)
+            vmx = vsplat(mx)
+            for g in range(0, nsi, TILE):
+                while cur < g // 1024:
+                    close_rows(ls, 1, ps, cur, nch)
+                    close_rows(lo_, nev, po, cur, nch)
+                    cur += 1
+                vstore(dbuf, 0, vsub(vload(srow, g), vmx))
+                bad += exp_tile(dbuf, ebuf, frow[g:g + TILE])
+                ev = vload(ebuf, 0)
+                if dropout:
+                    tile_keep(k0, k1, stream, p, keep_scale, (bh * nl + i) * ns, g, nsi, cs)
+                    wv = vmul(ev, vload(cs, 0))
+                else:
+                    wv = ev
+                half = g & 31
+                vo = vto + g * nev
+                if whole[g // TILE]:
+                    vstore(ls, half, vadd(vload(ls, half), ev))
+                    for x in range(nev):
+                        t = vmul(wv, vload(vt, vo + x * TILE))
+                        vstore(lo_, x * 32 + half, vadd(vload(lo_, x * 32 + half), t))
+                else:
+                    fv = vload(frow, g)
+                    vstore(ls, half, vadd(vload(ls, half), vkeep(fv, ev)))
+                    for x in range(nev):
+                        t = vkeep(fv, vmul(wv, vload(vt, vo + x * TILE)))
+                        vstore(lo_, x * 32 + half, vadd(vload(lo_, x * 32 + half), t))
             while cur < nch:
-                _close(ls, 1, ps, cur, nch)
-                _close(lo_, nev, po, cur, nch)
+                close_rows(ls, 1, ps, cur, nch)
+                close_rows(lo_, nev, po, cur, nch)
                 cur += 1
             big_s = _pairwise(ps, 0, nch, 1)
             stats[so] = mx
@@ -367,181 +480,11 @@ def _forward(q, k, v, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1, 
     return _mark(counts, nb * nh, nqb, status)
 
 
-# -- backward -----------------------------------------------------------------------------------
-
-@njit(int64(IN1, IN1, IN1, IN1, IN1, IN1, MB, IN1, int64, MS, boolean, float32, float32, float32,
-            uint64, uint64, uint64, int64, int64, int64, int64, int64, int64, int64, F1, F1),
-      parallel=True, **_STRICT)
-def _backward_kv(do, q, k, v, o, stats, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1,
-                 stream, nb, nh, nl, ns, ne, nev, block_k, dk, dv):
-    """dK, dV: tasks of (b, h, key block), 16 keys at a time, every query row in ascending order."""
-    nkb = (ns + block_k - 1) // block_k
-    ntasks = nb * nh * nkb
-    nch = (nl + 1023) // 1024
-    dropout = p > ZERO
-    counts = np.zeros(ntasks, np.int64)
-    for task in prange(ntasks):
-        bh = task // nkb
-        b, h = bh // nh, bh % nh
-        kt = np.zeros(ne * TILE, np.float32)
-        vt = np.zeros(nev * TILE, np.float32)
-        lanes = np.empty(32 * 16, np.float32)
-        vparts = np.empty(16 * ((max(ne, nev) + 1023) // 1024), np.float32)
-        sbuf = np.empty(TILE, np.float32)
-        pbuf = np.empty(TILE, np.float32)
-        acc = np.empty(32, np.float32)
-        dparts = np.empty((nev + 1023) // 1024, np.float32)
-        lk = np.empty(32 * TILE * ne, np.float32)
-        lv = np.empty(32 * TILE * nev, np.float32)
-        pk = np.empty(TILE * ne * nch, np.float32)
-        pv = np.empty(TILE * nev * nch, np.float32)
-        anyk = np.zeros(TILE, np.bool_)
-        bad = 0
-        jb = task % nkb * block_k
-        j1 = min(jb + block_k, ns)
-        for g in range(jb, j1, TILE):
-            nk = min(TILE, j1 - g)
-            _transpose(k, (bh * ns + g) * ne, nk, ne, kt, TILE, 0)
-            _transpose(v, (bh * ns + g) * nev, nk, nev, vt, TILE, 0)
-            lk[:] = NEG_ZERO
-            lv[:] = NEG_ZERO
-            anyk[:] = False
-            cur = 0
-            for i in range(g if causal else 0, nl):  # causal rows before the tile see none of it
-                so = (bh * nl + i) * 2
-                mx = stats[so]
-                if mx == NEG_INF:  # an empty row adds nothing
-                    continue
-                big_s = stats[so + 1]
-                qo = (bh * nl + i) * ne
-                oo = (bh * nl + i) * nev
-                vstore(sbuf, 0, _dots16(q, qo, ne, kt, TILE, 0, lanes, vparts))
-                vstore(pbuf, 0, _dots16(do, oo, nev, vt, TILE, 0, lanes, vparts))
-                d_i = _dot(do, oo, o, oo, nev, acc, dparts)
-                while cur < i // 1024:
-                    _close(lk, TILE * ne, pk, cur, nch)
-                    _close(lv, TILE * nev, pv, cur, nch)
-                    cur += 1
-                lane = i & 31
-                for jj in range(nk):
-                    j = g + jj
-                    m1, m2 = _mask_at(mb, madd, kind, ms, b, h, i, j)
-                    if not _takes_part(causal, kind, m1, i, j):
-                        continue
-                    s = _score_elem(sbuf[jj], scale, kind, m2)
-                    dd = s - mx
-                    e, ok = _exp_any(dd)
-                    bad += not ok
-                    kept = False
-                    if dropout:
-                        kept = _kept_elem(_word(k0, k1, stream, (bh * nl + i) * ns + j), p)
-                    pd, ds = _grad_elem(e, big_s, pbuf[jj], d_i, kept, keep_scale, dropout)
-                    anyk[jj] = True
-                    _axpy_lane(lk, (lane * TILE + jj) * ne, ds, q, qo, ne)
-                    _axpy_lane(lv, (lane * TILE + jj) * nev, pd, do, oo, nev)
-            while cur < nch:
-                _close(lk, TILE * ne, pk, cur, nch)
-                _close(lv, TILE * nev, pv, cur, nch)
-                cur += 1
-            for jj in range(nk):
-                ko = (bh * ns + g + jj) * ne
-                vo = (bh * ns + g + jj) * nev
-                for x in range(ne):
-                    f = _pairwise(pk, (jj * ne + x) * nch, nch, 1) if anyk[jj] else ZERO
-                    dk[ko + x] = scale * f
-                for x in range(nev):
-                    dv[vo + x] = _pairwise(pv, (jj * nev + x) * nch, nch, 1) if anyk[jj] else ZERO
-        counts[task] = bad
-    return counts.sum()  # integers: the order cannot matter
-
-
-@njit(int64(IN1, IN1, IN1, IN1, IN1, IN1, MB, IN1, int64, MS, boolean, float32, float32, float32,
-            uint64, uint64, uint64, int64, int64, int64, int64, int64, int64, int64, int64, F1, S1),
-      parallel=True, **_STRICT)
-def _backward_q(do, q, k, v, o, stats, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1,
-                stream, nb, nh, nl, ns, ne, nev, block_q, block_k, dq, heads):
-    """dQ: tasks of (b, h, query block); each row's fold over j carried across the key blocks."""
-    nqb = (nl + block_q - 1) // block_q
-    ntasks = nb * nh * nqb
-    nch = (ns + 1023) // 1024
-    sp = (ns + TILE - 1) // TILE * TILE
-    dropout = p > ZERO
-    counts = np.zeros(ntasks, np.int64)
-    for task in prange(ntasks):
-        bh = task // nqb
-        b, h = bh // nh, bh % nh
-        kt = np.zeros(ne * sp, np.float32)
-        vt = np.zeros(nev * sp, np.float32)
-        _transpose(k, bh * ns * ne, ns, ne, kt, sp, 0)
-        _transpose(v, bh * ns * nev, ns, nev, vt, sp, 0)
-        lanes = np.empty(32 * 16, np.float32)
-        vparts = np.empty(16 * ((max(ne, nev) + 1023) // 1024), np.float32)
-        sbuf = np.empty(TILE, np.float32)
-        pbuf = np.empty(TILE, np.float32)
-        acc = np.empty(32, np.float32)
-        dparts = np.empty((nev + 1023) // 1024, np.float32)
-        lq = np.empty(32 * ne, np.float32)
-        pq = np.empty(ne * nch, np.float32)
-        bad = 0
-        i0 = task % nqb * block_q
-        for i in range(i0, min(i0 + block_q, nl)):
-            so = (bh * nl + i) * 2
-            qo = (bh * nl + i) * ne
-            oo = (bh * nl + i) * nev
-            mx = stats[so]
-            if mx == NEG_INF:
-                for x in range(ne):
-                    dq[qo + x] = scale * ZERO
-                continue
-            big_s = stats[so + 1]
-            d_i = _dot(do, oo, o, oo, nev, acc, dparts)
-            lq[:] = NEG_ZERO
-            anyq = False
-            cur = 0
-            nsi = min(ns, i + 1) if causal else ns
-            for jb in range(0, nsi, block_k):
-                j1 = min(jb + block_k, ns)
-                for g in range(jb - jb % TILE, j1, TILE):
-                    vstore(sbuf, 0, _dots16(q, qo, ne, kt, sp, g, lanes, vparts))
-                    vstore(pbuf, 0, _dots16(do, oo, nev, vt, sp, g, lanes, vparts))
-                    for jj in range(TILE):
-                        j = g + jj
-                        if j < jb or j >= j1:
-                            continue
-                        m1, m2 = _mask_at(mb, madd, kind, ms, b, h, i, j)
-                        if not _takes_part(causal, kind, m1, i, j):
-                            continue
-                        while cur < j // 1024:
-                            _close(lq, ne, pq, cur, nch)
-                            cur += 1
-                        s = _score_elem(sbuf[jj], scale, kind, m2)
-                        dd = s - mx
-                        e, ok = _exp_any(dd)
-                        bad += not ok
-                        kept = False
-                        if dropout:
-                            kept = _kept_elem(_word(k0, k1, stream, (bh * nl + i) * ns + j), p)
-                        _, ds = _grad_elem(e, big_s, pbuf[jj], d_i, kept, keep_scale, dropout)
-                        anyq = True
-                        _axpy_lane(lq, (j & 31) * ne, ds, k, (bh * ns + j) * ne, ne)
-            while cur < nch:
-                _close(lq, ne, pq, cur, nch)
-                cur += 1
-            for x in range(ne):
-                f = _pairwise(pq, x * nch, nch, 1) if anyq else ZERO
-                dq[qo + x] = scale * f
-        counts[task] = bad
-    for bh in range(nb * nh):
-        for t in range(bh * nqb, bh * nqb + nqb):
-            if counts[t]:
-                heads[bh] = 1
-    return counts.sum()
-
-
 # -- host side ----------------------------------------------------------------------------------
 
-def _args(mask_bool, mask_add, mask_kind, mask_strides, causal, scale, p, keep_scale, k0, k1,
-          stream):
+def flat_args(mask_bool, mask_add, mask_kind, mask_strides, causal, scale, p, keep_scale, k0, k1,
+              stream):
+    """The mask and dropout arguments as the kernels take them."""
     return (np.ascontiguousarray(mask_bool, np.uint8).reshape(-1),
             np.ascontiguousarray(mask_add, np.float32).reshape(-1), int(mask_kind),
             np.ascontiguousarray(mask_strides, np.int64).reshape(-1), bool(causal),
@@ -549,34 +492,22 @@ def _args(mask_bool, mask_add, mask_kind, mask_strides, causal, scale, p, keep_s
             np.uint64(k1), np.uint64(stream))
 
 
+def padded(ns: int) -> int:
+    """The key count rounded up to whole tiles."""
+    return (ns + TILE - 1) // TILE * TILE
+
+
 def forward(q, k, v, mask_bool, mask_add, mask_kind, mask_strides, causal, scale, p, keep_scale,
             k0, k1, stream, block_k, o, stats, status) -> int:
-    """The interface's attention_forward (mojolike.core.interfaces.transformer)."""
+    """The interface's attention_forward (mojolike.core.interfaces.transformer); block_k is
+    accepted and never reaches a bit (keys go in tiles of 16)."""
     nb, nh, nl, ne = q.shape
     ns, nev = v.shape[2], v.shape[3]
-    return int(_forward(q.reshape(-1), k.reshape(-1), v.reshape(-1),
-                        *_args(mask_bool, mask_add, mask_kind, mask_strides, causal, scale, p,
-                               keep_scale, k0, k1, stream),
-                        nb, nh, nl, ns, ne, nev, max(1, int(block_k)), o.reshape(-1),
-                        stats.reshape(-1), status.reshape(-1)))
+    sp = padded(ns)
+    return int(_forward(q.reshape(-1), transposed(k, sp), transposed(v, sp),
+                        *flat_args(mask_bool, mask_add, mask_kind, mask_strides, causal, scale, p,
+                                   keep_scale, k0, k1, stream),
+                        nb, nh, nl, ns, ne, nev, o.reshape(-1), stats.reshape(-1),
+                        status.reshape(-1)))
 
 
-def backward(do, q, k, v, o, stats, mask_bool, mask_add, mask_kind, mask_strides, causal, scale,
-             p, keep_scale, k0, k1, stream, block_q, block_k, dq, dk, dv, status) -> int:
-    """The interface's attention_backward: the dK/dV pass, then the dQ pass."""
-    nb, nh, nl, ne = q.shape
-    ns, nev = v.shape[2], v.shape[3]
-    extra = _args(mask_bool, mask_add, mask_kind, mask_strides, causal, scale, p, keep_scale, k0,
-                  k1, stream)
-    flat = (do.reshape(-1), q.reshape(-1), k.reshape(-1), v.reshape(-1), o.reshape(-1),
-            stats.reshape(-1))
-    heads = np.zeros(nb * nh, np.int32)
-    # the dQ pass meets every (i, j) pair the dK/dV pass does, with the same expf: its marks
-    # name the heads of both
-    _backward_kv(*flat, *extra, nb, nh, nl, ns, ne, nev, max(1, int(block_k)), dk.reshape(-1),
-                 dv.reshape(-1))
-    _backward_q(*flat, *extra, nb, nh, nl, ns, ne, nev, max(1, int(block_q)), max(1, int(block_k)),
-                dq.reshape(-1), heads)
-    st = status.reshape(-1)
-    st[:] = heads
-    return int(heads.sum())

@@ -5,13 +5,18 @@ Row kernels are parallel over tasks of whole rows (prange); a row is computed by
 thread in the contract's order (contracts/transformer.md clauses 1-5):
 
 - softmax: mx = max_j x_j (32 lane maxima, exact; a row holding NaN is NaN throughout),
-  e_j = expf(x_j - mx) written into the output row, S = fold of it (native/fold.py's
-  vector chunk folds, then the pairwise tree), then y_j = e_j / S in place, or
+  e_j = expf(x_j - mx) written into the output row and folded as it is written (rows of 32
+  as two native/simd.py vectors, then the pairwise tree), then y_j = e_j / S in place, or
   log_softmax y_j = (x_j - mx) - logf(S) with the differences recomputed;
-- layer_norm: mean = fold(x) / nD, c_j = x_j - mean kept in the output row, var =
-  fold(c * c) / nD, rstd = 1 / sqrt(var + eps), y_j = (c_j * rstd) * w_j + b_j;
+- layer_norm: mean = fold(x) / nD, c_j = x_j - mean kept in the output row and folded as
+  c * c in the same pass, var = that fold / nD, rstd = 1 / sqrt(var + eps),
+  y_j = (c_j * rstd) * w_j + b_j;
 - the backward rows as clauses 3 and 5 (layer_norm's h = c * rstd is written out, since the
-  API folds dy * h over the rows for dweight).
+  API folds dy * h over the rows for dweight; h, g = dy * w and the folds of g and g * h are
+  one pass).
+
+A fold's lanes are two vectors over whole rows of 32; a short last row adds its terms to
+their lanes one by one, so each lane sees its terms in ascending order, as the tree says.
 
 The retargetable per-element source is native/attention.py's `exp_any` (expf of any
 binary32 with its rounding test, on native/crmath.py's exp_elem) and the elements listed
@@ -22,7 +27,7 @@ expf and logf are native/crmath.py's exp_elem / log_elem. A row where one of the
 undecided gets status 1 (its outputs are then unspecified) and the caller redoes it with
 the oracle; the kernels return how many rows they marked.
 
-Caching: these kernels inline native/crmath.py's, native/fold.py's and native/simd.py's
+Caching: these kernels inline native/crmath.py's, native/attention.py's and native/simd.py's
 functions, and numba's cache=True checks only this file: after editing those, clear the
 numba cache (__pycache__/*.nbi, *.nbc).
 
@@ -47,12 +52,12 @@ import numpy as np
 from numba import boolean, float32, int32, int64, njit, prange, types, void
 
 from ..oracles.fold import CHUNK, LANES
-from . import attention
-from .attention import _exp_any, exp_any  # noqa: F401  (exp_any: the retargetable source)
+from . import attention, attention_backward
+from .attention import _exp_any, exp_any, vdot  # noqa: F401  (exp_any: the retargetable source)
 from .base import NumbaBase
 from .crmath import _log_elem
-from .fold import _chunk_dot, _chunk_fold, _pairwise
-from .simd import WIDTH, vload, vmax, vsplat, vstore
+from .fold import NEG_ZERO, _pairwise
+from .simd import WIDTH, vadd, vbutterfly, vdiv, vload, vmax, vmul, vsplat, vstore, vsub
 from .threads import Twin, num_threads
 
 _STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: no contraction, no reassociation
@@ -89,23 +94,42 @@ def _row_max(x, o, n, acc):
 
 
 @njit(inline="always", error_model="numpy")
+def _rows_of(c, n):
+    """(start, end of whole rows of 32, end) of chunk c of a row of n."""
+    base = c * CHUNK
+    end = min(base + CHUNK, n)
+    return base, base + (end - base) // LANES * LANES, end
+
+
+@njit(inline="always", error_model="numpy")
 def _row_fold(x, o, n, acc, partials):
+    """fold of x[o : o + n]: whole rows of 32 as two vectors, a short row's terms added to their
+    lanes one by one (each lane's terms in ascending order, as the tree says)."""
     for c in range(partials.size):
-        partials[c] = _chunk_fold(x, o + c * CHUNK, o + n, acc)
+        base, full, end = _rows_of(c, n)
+        lo = vsplat(NEG_ZERO)
+        hi = lo
+        for r in range(base, full, LANES):
+            lo = vadd(lo, vload(x, o + r))
+            hi = vadd(hi, vload(x, o + r + WIDTH))
+        vstore(acc, 0, lo)
+        vstore(acc, WIDTH, hi)
+        for k in range(full, end):
+            acc[k - full] = acc[k - full] + x[o + k]
+        partials[c] = vbutterfly(vload(acc, 0), vload(acc, WIDTH))
     return _pairwise(partials)
 
 
 @njit(inline="always", error_model="numpy")
 def _row_dot(a, b, o, n, acc, partials):
-    for c in range(partials.size):
-        partials[c] = _chunk_dot(a, b, o + c * CHUNK, o + n, acc)
-    return _pairwise(partials)
+    return vdot(a, o, b, o, n, acc, partials)
 
 
 @njit(int64(IN1, int64, int64, boolean, F1, S1, int64), parallel=True, **_STRICT)
 def _softmax(x, m, n, log, y, status, per_task):
     nch = (n + CHUNK - 1) // CHUNK
     ntasks = (m + per_task - 1) // per_task
+    vfull = n - n % WIDTH
     for task in prange(ntasks):
         acc = np.empty(LANES, np.float32)
         partials = np.empty(nch, np.float32)
@@ -119,12 +143,29 @@ def _softmax(x, m, n, log, y, status, per_task):
                     y[o + j] = np.float32(np.nan)
                 continue
             bad = 0
-            for j in range(n):
-                d = x[o + j] - mx
-                e, ok = _exp_any(d)
-                y[o + j] = e
-                bad += not ok
-            s = _row_fold(y, o, n, acc, partials)
+            # e_j = expf(x_j - mx) into y, folded as it is written
+            for c in range(nch):
+                base, full, end = _rows_of(c, n)
+                lo = vsplat(NEG_ZERO)
+                hi = lo
+                for w in range(base, full, LANES):
+                    for t in range(o + w, o + w + LANES):
+                        d = x[t] - mx
+                        e, ok = _exp_any(d)
+                        y[t] = e
+                        bad += not ok
+                    lo = vadd(lo, vload(y, o + w))
+                    hi = vadd(hi, vload(y, o + w + WIDTH))
+                vstore(acc, 0, lo)
+                vstore(acc, WIDTH, hi)
+                for k in range(full, end):
+                    d = x[o + k] - mx
+                    e, ok = _exp_any(d)
+                    y[o + k] = e
+                    bad += not ok
+                    acc[k - full] = acc[k - full] + e
+                partials[c] = vbutterfly(vload(acc, 0), vload(acc, WIDTH))
+            s = _pairwise(partials)
             if log:
                 sbits[0] = s
                 lg, ok = _log_elem(np.int64(sbits.view(np.uint32)[0]))
@@ -132,11 +173,17 @@ def _softmax(x, m, n, log, y, status, per_task):
                     lg = s
                     ok = True
                 bad += not ok
-                for j in range(n):
+                vm, vl = vsplat(mx), vsplat(lg)
+                for j in range(0, vfull, WIDTH):
+                    vstore(y, o + j, vsub(vsub(vload(x, o + j), vm), vl))
+                for j in range(vfull, n):
                     d = x[o + j] - mx
                     y[o + j] = d - lg
             else:
-                for j in range(n):
+                vs = vsplat(s)
+                for j in range(0, vfull, WIDTH):
+                    vstore(y, o + j, vdiv(vload(y, o + j), vs))
+                for j in range(vfull, n):
                     y[o + j] = y[o + j] / s
             if bad:
                 status[r] = 1
@@ -147,6 +194,7 @@ def _softmax(x, m, n, log, y, status, per_task):
 def _softmax_backward(dy, y, m, n, log, dx, status, per_task):
     nch = (n + CHUNK - 1) // CHUNK
     ntasks = (m + per_task - 1) // per_task
+    vfull = n - n % WIDTH
     for task in prange(ntasks):
         acc = np.empty(LANES, np.float32)
         partials = np.empty(nch, np.float32)
@@ -165,7 +213,10 @@ def _softmax_backward(dy, y, m, n, log, dx, status, per_task):
                     status[r] = 1
             else:
                 c = _row_dot(dy, y, o, n, acc, partials)
-                for j in range(n):
+                vc = vsplat(c)
+                for j in range(0, vfull, WIDTH):
+                    vstore(dx, o + j, vmul(vload(y, o + j), vsub(vload(dy, o + j), vc)))
+                for j in range(vfull, n):
                     t = dy[o + j] - c
                     dx[o + j] = y[o + j] * t
     return np.int64(status.sum())
@@ -173,12 +224,31 @@ def _softmax_backward(dy, y, m, n, log, dx, status, per_task):
 
 @njit(inline="always", error_model="numpy")
 def _ln_stats(x, o, n, eps, c, acc, partials):
-    """(rstd) of row x[o : o + n], with c[o + j] = x_j - mean written: clause 4's order."""
+    """(rstd) of row x[o : o + n], with c[o + j] = x_j - mean written and folded as c * c in
+    the same pass: clause 4's order."""
     nd = np.float32(n)
     mean = _row_fold(x, o, n, acc, partials) / nd
-    for j in range(n):
-        c[o + j] = x[o + j] - mean
-    var = _row_dot(c, c, o, n, acc, partials) / nd
+    vm = vsplat(mean)
+    for ch in range(partials.size):
+        base, full, end = _rows_of(ch, n)
+        lo = vsplat(NEG_ZERO)
+        hi = lo
+        for r in range(base, full, LANES):
+            a = vsub(vload(x, o + r), vm)
+            b = vsub(vload(x, o + r + WIDTH), vm)
+            vstore(c, o + r, a)
+            vstore(c, o + r + WIDTH, b)
+            lo = vadd(lo, vmul(a, a))
+            hi = vadd(hi, vmul(b, b))
+        vstore(acc, 0, lo)
+        vstore(acc, WIDTH, hi)
+        for k in range(full, end):
+            d = x[o + k] - mean
+            c[o + k] = d
+            t = d * d
+            acc[k - full] = acc[k - full] + t
+        partials[ch] = vbutterfly(vload(acc, 0), vload(acc, WIDTH))
+    var = _pairwise(partials) / nd
     t = var + eps
     return ONE / np.sqrt(t)
 
@@ -188,28 +258,28 @@ def _ln_stats(x, o, n, eps, c, acc, partials):
 def _layer_norm(x, m, n, w, has_w, b, has_b, eps, y, per_task):
     nch = (n + CHUNK - 1) // CHUNK
     ntasks = (m + per_task - 1) // per_task
+    vfull = n - n % WIDTH
     for task in prange(ntasks):
         acc = np.empty(LANES, np.float32)
         partials = np.empty(nch, np.float32)
         for r in range(task * per_task, min(task * per_task + per_task, m)):
             o = r * n
             rstd = _ln_stats(x, o, n, eps, y, acc, partials)
-            if has_w and has_b:
-                for j in range(n):
-                    h = y[o + j] * rstd
-                    t = h * w[j]
-                    y[o + j] = t + b[j]
-            elif has_w:
-                for j in range(n):
-                    h = y[o + j] * rstd
-                    y[o + j] = h * w[j]
-            elif has_b:
-                for j in range(n):
-                    h = y[o + j] * rstd
-                    y[o + j] = h + b[j]
-            else:
-                for j in range(n):
-                    y[o + j] = y[o + j] * rstd
+            vr = vsplat(rstd)
+            for j in range(0, vfull, WIDTH):
+                h = vmul(vload(y, o + j), vr)
+                if has_w:
+                    h = vmul(h, vload(w, j))
+                if has_b:
+                    h = vadd(h, vload(b, j))
+                vstore(y, o + j, h)
+            for j in range(vfull, n):
+                h = y[o + j] * rstd
+                if has_w:
+                    h = h * w[j]
+                if has_b:
+                    h = h + b[j]
+                y[o + j] = h
 
 
 @njit(void(IN1, IN1, int64, int64, IN1, boolean, float32, F1, F1, int64), parallel=True,
@@ -218,23 +288,60 @@ def _layer_norm_backward(dy, x, m, n, w, has_w, eps, dx, hb, per_task):
     nch = (n + CHUNK - 1) // CHUNK
     nd = np.float32(n)
     ntasks = (m + per_task - 1) // per_task
+    vfull = n - n % WIDTH
     for task in prange(ntasks):
         acc = np.empty(LANES, np.float32)
+        acc2 = np.empty(LANES, np.float32)
         partials = np.empty(nch, np.float32)
+        partials2 = np.empty(nch, np.float32)
         for r in range(task * per_task, min(task * per_task + per_task, m)):
             o = r * n
             rstd = _ln_stats(x, o, n, eps, hb, acc, partials)
-            for j in range(n):
-                hb[o + j] = hb[o + j] * rstd
-            if has_w:  # dx holds g = dy * w first
-                for j in range(n):
-                    dx[o + j] = dy[o + j] * w[j]
-            else:
-                for j in range(n):
-                    dx[o + j] = dy[o + j]
-            a = _row_fold(dx, o, n, acc, partials) / nd
-            mm = _row_dot(dx, hb, o, n, acc, partials) / nd
-            for j in range(n):
+            vr = vsplat(rstd)
+            # h = c * rstd into hb, g = dy * w into dx, and the folds of g and g * h, in one pass
+            for ch in range(nch):
+                base, full, end = _rows_of(ch, n)
+                ga = vsplat(NEG_ZERO)
+                gb = ga
+                ma = ga
+                mb = ga
+                for j in range(base, full, LANES):
+                    h0 = vmul(vload(hb, o + j), vr)
+                    h1 = vmul(vload(hb, o + j + WIDTH), vr)
+                    g0 = vload(dy, o + j)
+                    g1 = vload(dy, o + j + WIDTH)
+                    if has_w:
+                        g0 = vmul(g0, vload(w, j))
+                        g1 = vmul(g1, vload(w, j + WIDTH))
+                    vstore(hb, o + j, h0)
+                    vstore(hb, o + j + WIDTH, h1)
+                    vstore(dx, o + j, g0)
+                    vstore(dx, o + j + WIDTH, g1)
+                    ga = vadd(ga, g0)
+                    gb = vadd(gb, g1)
+                    ma = vadd(ma, vmul(g0, h0))
+                    mb = vadd(mb, vmul(g1, h1))
+                vstore(acc, 0, ga)
+                vstore(acc, WIDTH, gb)
+                vstore(acc2, 0, ma)
+                vstore(acc2, WIDTH, mb)
+                for k in range(full, end):
+                    h = hb[o + k] * rstd
+                    hb[o + k] = h
+                    g = dy[o + k] * w[k] if has_w else dy[o + k]
+                    dx[o + k] = g
+                    acc[k - full] = acc[k - full] + g
+                    t = g * h
+                    acc2[k - full] = acc2[k - full] + t
+                partials[ch] = vbutterfly(vload(acc, 0), vload(acc, WIDTH))
+                partials2[ch] = vbutterfly(vload(acc2, 0), vload(acc2, WIDTH))
+            a = _pairwise(partials) / nd
+            mm = _pairwise(partials2) / nd
+            va, vmm = vsplat(a), vsplat(mm)
+            for j in range(0, vfull, WIDTH):
+                t = vsub(vsub(vload(dx, o + j), va), vmul(vload(hb, o + j), vmm))
+                vstore(dx, o + j, vmul(vr, t))
+            for j in range(vfull, n):
                 t = dx[o + j] - a
                 u = hb[o + j] * mm
                 t = t - u
@@ -297,7 +404,7 @@ class NumbaTransformer(NumbaBase):
     def attention_backward(self, do, q, k, v, o, stats, mask_bool, mask_add, mask_kind,
                            mask_strides, causal, scale, p, keep_scale, k0, k1, stream, block_q,
                            block_k, dq, dk, dv, status) -> int:
-        return attention.backward(do, q, k, v, o, stats, mask_bool, mask_add, mask_kind,
+        return attention_backward.backward(do, q, k, v, o, stats, mask_bool, mask_add, mask_kind,
                                   mask_strides, causal, scale, p, keep_scale, k0, k1, stream,
                                   block_q, block_k, dq, dk, dv, status)
 

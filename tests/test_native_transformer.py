@@ -1,4 +1,5 @@
-"""The cpu-numba transformer kernels (native/transformer.py, native/attention.py) give the
+"""The cpu-numba transformer kernels (native/transformer.py, native/attention.py,
+native/attention_backward.py) give the
 oracle kernel set's bits (oracles/kernels/transformer.py) for every method of the family's
 interface, whatever the block sizes and thread count, and mark the rows and heads whose
 expf they cannot decide.
@@ -179,6 +180,7 @@ CASES = {  # name: (B, H, L, S, E, Ev, options)
     "zero scale": (1, 1, 3, 5, 2, 2, {"scale": 0.0}),
     "dropout 0.1": (2, 2, 6, 10, 4, 3, {"p": 0.1}),
     "dropout 0.5": (1, 2, 7, 33, 3, 5, {"p": 0.5, "causal": True}),
+    "E past one chunk": (1, 1, 2, 3, 1030, 2, {}),  # the dot products' pairwise tree
 }
 
 
@@ -233,6 +235,16 @@ def test_long_rows_give_the_same_bits_for_every_block_size():
     for bq in (16, 64, 1050):
         got = attend(K, q, k, v, do, causal=True, block_k=2, block_q=bq)
         assert_attention_equal(got, want, f"L=1050 block_q={bq}")
+
+
+def test_a_long_fold_over_the_queries_through_whole_key_tiles_equals_the_oracle():
+    # no mask, not causal, 16-key tiles inside one key block: the dK/dV pass's unmasked tiles
+    # carry their folds over i across the 1024-row chunk boundary
+    q, k, v, do = attention_inputs(1, 1, 1050, 20, 1, 2, 33)
+    want = attend(ORACLE, q, k, v, do)
+    for bk in (16, 64):
+        got = attend(K, q, k, v, do, block_k=bk, block_q=64)
+        assert_attention_equal(got, want, f"L=1050 S=20 block_k={bk}")
 
 
 def test_block_sizes_never_reach_a_bit():
