@@ -26,7 +26,7 @@ from mojolike.training.generate import (
 CONFIG = {"vocab_size": 13, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 8,
           "layer_norm_epsilon": 1e-5}
 PROMPTS = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 10], [0, 12]]
-SAMPLED = dict(temperature=0.9, top_k=6, seed=11)
+SAMPLED = {"temperature": 0.9, "top_k": 6, "seed": 11}
 
 
 def weights(seed=0, config=CONFIG):
@@ -85,7 +85,7 @@ def test_full_logits_are_the_tapes_training_forward_bit_for_bit():
     assert_same_bits(got.reshape(-1), tape_logits(W, tokens, "cpu-numba").reshape(-1), "logits")
 
 
-@pytest.mark.parametrize("options", [dict(temperature=0), SAMPLED, dict(temperature=1.0, seed=3)],
+@pytest.mark.parametrize("options", [{"temperature": 0}, SAMPLED, {"temperature": 1.0, "seed": 3}],
                          ids=["greedy", "top-k", "plain"])
 def test_every_generated_log_prob_is_the_training_forwards_negated_token_loss(options):
     tokens, logprobs = generate(W, CONFIG, PROMPTS, 6, backend="cpu-numba", **options)
@@ -127,7 +127,7 @@ def test_the_kv_cache_logits_are_full_logits_rows_bit_for_bit():
     assert cache.lengths == [8, 3, 6]
 
 
-@pytest.mark.parametrize("options", [dict(temperature=0), SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("options", [{"temperature": 0}, SAMPLED], ids=["greedy", "sampled"])
 def test_a_prompt_decodes_the_same_alone_as_among_prompts_of_other_lengths(options):
     tokens, logprobs = generate(W, CONFIG, PROMPTS, 5, backend="cpu-numba", **options)
     for i, pr in enumerate(PROMPTS):
@@ -141,7 +141,7 @@ def test_a_prompt_decodes_the_same_alone_as_among_prompts_of_other_lengths(optio
 
 def run_all(backend, prompts=PROMPTS[:2], n=3):
     return [generate(W, CONFIG, prompts, n, backend=backend, **o)
-            for o in (dict(temperature=0), SAMPLED)]
+            for o in ({"temperature": 0}, SAMPLED)]
 
 
 def assert_same_runs(got, want, what):
@@ -173,7 +173,7 @@ def test_one_and_two_numba_threads_generate_the_same_tokens_and_log_probs():
 def test_greedy_ties_go_to_the_lowest_id():
     logits = np.float32([[1, 5, 5, 2], [0, 0, 0, 0], [-0.0, 0.0, -1, -2]])
     got = choose(logits, np.float32(0), None, mojolike.Generator(0), [0, 1, 2], [0, 0, 0],
-                 dict(backend="cpu-numba"))
+                 {"backend": "cpu-numba"})
     assert got == [1, 0, 0]
     flat = {n: np.full(s, 0.25, np.float32) for n, s in parameter_shapes(CONFIG).items()}
     tokens, _ = generate(flat, CONFIG, [[3, 4]], 3, temperature=0, backend="cpu-numba")
@@ -182,7 +182,7 @@ def test_greedy_ties_go_to_the_lowest_id():
 
 def test_top_k_keeps_exactly_k_ids_with_ties_at_the_kth_value_to_the_lower_ids():
     logits = np.float32([[3, 1, 3, 3, 0, 2]] * 64)
-    on = dict(backend="cpu-numba")
+    on = {"backend": "cpu-numba"}
     got = choose(logits, np.float32(1), 2, mojolike.Generator(5), list(range(64)), [0] * 64, on)
     assert set(got) == {0, 2}
     got = choose(logits, np.float32(1), 1, mojolike.Generator(5), list(range(64)), [0] * 64, on)
@@ -192,7 +192,7 @@ def test_top_k_keeps_exactly_k_ids_with_ties_at_the_kth_value_to_the_lower_ids()
 def test_a_sampled_token_is_the_first_id_whose_sequential_running_sum_exceeds_u_times_the_total():
     rng = np.random.default_rng(4)
     logits = rng.standard_normal((40, 13)).astype(np.float32) * 2
-    on = dict(backend="cpu-numba")
+    on = {"backend": "cpu-numba"}
     positions = list(range(3, 43))
     got = choose(logits, np.float32(0.7), 9, mojolike.Generator(8), list(range(40)), positions, on)
     gen = mojolike.Generator(8, backend="oracle")
@@ -281,3 +281,22 @@ def test_a_model_without_biases_generates_with_parity():
         want = -mojolike.cross_entropy(z[:-1], np.int64(seq[1:]), reduction="none",
                                        backend="cpu-numba")
         assert_same_bits(np.float32(lps), want[len(pr) - 1:], f"log-probs of {seq}")
+
+
+@pytest.mark.parametrize("backend", ["cpu-numba", "cpu-cffi"])
+def test_a_short_prompt_beside_one_past_a_fold_chunk_decodes_as_it_does_alone(backend):
+    # the short prompt's attention rows fold over the long one's 1030+ positions, all but its
+    # own holding -0.0: whole trailing fold chunks must change no bit
+    cfg = {**CONFIG, "block_size": 1040, "n_layer": 1}
+    w = weights(3, cfg)
+    long = np.random.default_rng(5).integers(0, 13, 1030).tolist()
+    prompts = [long, [7, 1, 2]]
+    tokens, logprobs = generate(w, cfg, prompts, 3, backend=backend, **SAMPLED)
+    for i, pr in enumerate(prompts):
+        alone = generate(w, cfg, [pr], 3, streams=[i], backend=backend, **SAMPLED)
+        assert alone[0] == [tokens[i]]
+        assert_same_bits(np.float32(alone[1][0]), np.float32(logprobs[i]), f"prompt {i}")
+    z = full_logits(w, cfg, np.int64([tokens[1]]), backend=backend)[0]
+    want = -mojolike.cross_entropy(z[:-1], np.int64(tokens[1][1:]), reduction="none",
+                                   backend=backend)
+    assert_same_bits(np.float32(logprobs[1]), want[2:], "the short prompt's log-probs")

@@ -1,13 +1,16 @@
 """GPT-2 inference over a weights dict: the training forward without a tape, a KV-cache decoder
 and seeded sampling whose log-probs are the training forward's bits.
 
-The model is the spec of `prompts/gpt_spec.md` (Hugging Face GPT-2 names, Conv1D layout, tied
-head). `full_logits` is its forward for (B, T) tokens with the training forward's ops in its
-order. `decode_step` feeds new tokens through the same ops: the row-wise ones (embedding,
-layer_norm, matmul, the bias and residual adds, gelu, the tied head) run over every prompt's
-new rows at once, attention runs per prompt over that prompt's cached keys and values:
-causal over a prompt's first tokens (the prefill), else non-causal with one query over
-positions 0..t. `generate` decodes prompts of different lengths together.
+The model is GPT-2 (issue 22's: Hugging Face GPT-2 names, Conv1D (in, out) layout, the head
+tied to the token embedding). `full_logits` is its forward for (B, T) tokens with the
+training forward's public ops in its order. `decode_step` feeds new tokens through the same
+ops: the row-wise ones (embedding, layer_norm, the Conv1D products, the bias and residual
+adds, gelu, the tied head) run over every prompt's new rows at once; attention runs as one
+call whose batch entries are the prompts, each with its own keys and values from the cache
+and the boolean mask "position j <= t" of its own rows (each (b, h) is computed alone, and
+a masked position is -0.0 in every fold, which trailing positions leave unchanged:
+contracts/transformer.md clauses 11, 16, 17). A row thus has the bits of the causal call
+over its own sequence. `generate` decodes prompts of different lengths together.
 
 Sampling (temperature > 0): z = logits / binary32(temperature) (one division per logit);
 with `top_k` the k largest z are kept (ties at the k-th value keep the lower ids, so exactly
@@ -281,12 +284,6 @@ class KVCache:
         self._k[p][layer][:, start:start + m] = k
         self._v[p][layer][:, start:start + m] = v
 
-    def _read(self, p: int, layer: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        """Positions 0..stop-1 as (1, nh, stop, hs) C-contiguous copies (exact)."""
-        return (np.ascontiguousarray(self._k[p][layer][:, :stop])[None],
-                np.ascontiguousarray(self._v[p][layer][:, :stop])[None])
-
-
 def _segments(entry: str, cache: KVCache, tokens, d: Dims) -> list[np.ndarray]:
     if not isinstance(tokens, (list, tuple)) or len(tokens) != len(cache):
         refuse(entry, "tokens", f"must be a list with one token sequence per cache prompt "
@@ -306,22 +303,57 @@ def _segments(entry: str, cache: KVCache, tokens, d: Dims) -> list[np.ndarray]:
     return out
 
 
-def _attend(cache: KVCache, p: int, layer: int, start: int, q, k, v, on) -> np.ndarray:
-    """Prompt p's attention output (nh, m, hs) for its m new positions from `start`."""
-    cache._write(p, layer, start, k, v)
-    if start == 0:  # the prefill: the causal call over its own positions
-        return scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True, **on)[0]
-    rows = []
-    for i in range(q.shape[1]):  # one query over keys 0..start+i (clause 17)
-        kk, vv = cache._read(p, layer, start + i + 1)
-        rows.append(scaled_dot_product_attention(np.ascontiguousarray(q[None, :, i:i + 1]), kk,
-                                                 vv, **on)[0])
-    return np.concatenate(rows, axis=1)
+def _attend(cache: KVCache, layer: int, spans, qkv: np.ndarray, d: Dims, on) -> np.ndarray:
+    """The attention output (rows, C) of every stepping prompt's new rows, after writing their
+    keys and values to the cache.
+
+    One call for all prompts: batch entry b is prompt p's new queries (L = the most new rows)
+    over its positions (S = the longest), with the boolean mask j <= start + i of that
+    prompt (its causal rows over its own cache). Each (b, h) is computed alone (clause 16),
+    a position that does not take part holds -0.0 in every fold over j, and trailing -0.0
+    terms leave a fold unchanged (clause 17): each row has the bits of the causal prefill
+    call and of the one-query non-causal call over positions 0..t. Padded query rows take
+    no key and give +0.0 (clause 13); they are dropped.
+    """
+    c, nh, hs = d.n_embd, d.n_head, d.head_size
+    nl = max(r1 - r0 for _, r0, r1, _ in spans)
+    ns = max(st + r1 - r0 for _, r0, r1, st in spans)
+    q = np.zeros((len(spans), nh, nl, hs), _F32)
+    k = np.zeros((len(spans), nh, ns, hs), _F32)
+    v = np.zeros((len(spans), nh, ns, hs), _F32)
+    mask = np.zeros((len(spans), 1, nl, ns), np.bool_)
+    for b, (p, r0, r1, st) in enumerate(spans):
+        m, stop = r1 - r0, st + r1 - r0
+        q[b, :, :m] = _heads(qkv[r0:r1, :c], nh, hs)
+        kc, vc = cache._k[p][layer], cache._v[p][layer]
+        kc[:, st:stop] = _heads(qkv[r0:r1, c:2 * c], nh, hs)
+        vc[:, st:stop] = _heads(qkv[r0:r1, 2 * c:], nh, hs)
+        k[b, :, :stop] = kc[:, :stop]
+        v[b, :, :stop] = vc[:, :stop]
+        mask[b, 0, :m] = np.arange(ns)[None, :] <= np.arange(st, stop)[:, None]
+    o = scaled_dot_product_attention(q, k, v, attn_mask=mask, **on)
+    y = np.empty((qkv.shape[0], c), _F32)
+    for b, (_, r0, r1, _) in enumerate(spans):
+        y[r0:r1] = _merge(o[b, :, :r1 - r0])
+    return y
+
+
+def transposed(w: dict) -> dict:
+    """The weights with each Conv1D weight (in, out) replaced by its transpose (out, in), an
+    exact copy: linear(x, w.T) cell n is fold over k of x[k] * w[k, n], matmul(x, w)'s cell
+    bit for bit, without matmul's transposing the weight on every call."""
+    return {n: (np.ascontiguousarray(a.T) if a is not None and a.ndim == 2 and ".h." in n else a)
+            for n, a in w.items()}
+
+
+def _conv1d_t(x, wt, b, on) -> np.ndarray:
+    y = linear(x, wt, **on)
+    return y if b is None else _add(y, b)
 
 
 def _step(w: dict, d: Dims, cache: KVCache, segs: list[np.ndarray], all_logits: bool, on
           ) -> np.ndarray:
-    c, nh, hs = d.n_embd, d.n_head, d.head_size
+    """Feed the segments (w from `transposed`); returns the logits rows, advances the cache."""
     spans, r = [], 0
     for p, s in enumerate(segs):
         if s.size:
@@ -335,13 +367,13 @@ def _step(w: dict, d: Dims, cache: KVCache, segs: list[np.ndarray], all_logits: 
     for layer in range(d.n_layer):
         pre = f"transformer.h.{layer}."
         h = _ln(x, w, pre + "ln_1", d, on)
-        qkv = _conv1d(h, w[pre + "attn.c_attn.weight"], w[pre + "attn.c_attn.bias"], on)
-        y = np.empty((x.shape[0], c), _F32)
-        for p, r0, r1, st in spans:
-            q, k, v = (_heads(qkv[r0:r1, i * c:(i + 1) * c], nh, hs) for i in range(3))
-            y[r0:r1] = _merge(_attend(cache, p, layer, st, q, k, v, on))
-        x = _add(x, _conv1d(y, w[pre + "attn.c_proj.weight"], w[pre + "attn.c_proj.bias"], on))
-        x = _mlp(x, w, pre, d, on)
+        qkv = _conv1d_t(h, w[pre + "attn.c_attn.weight"], w[pre + "attn.c_attn.bias"], on)
+        y = _attend(cache, layer, spans, qkv, d, on)
+        x = _add(x, _conv1d_t(y, w[pre + "attn.c_proj.weight"], w[pre + "attn.c_proj.bias"], on))
+        h = _ln(x, w, pre + "ln_2", d, on)
+        h = gelu(_conv1d_t(h, w[pre + "mlp.c_fc.weight"], w[pre + "mlp.c_fc.bias"], on),
+                 approximate="tanh", **on)
+        x = _add(x, _conv1d_t(h, w[pre + "mlp.c_proj.weight"], w[pre + "mlp.c_proj.bias"], on))
     if not all_logits:
         x = x[[r1 - 1 for _, _, r1, _ in spans]]
     x = _ln(x, w, "transformer.ln_f", d, on)
@@ -371,7 +403,7 @@ def decode_step(weights, config, cache, tokens, all_logits=False, *, backend=Non
         refuse(entry, "config", f"is {d}, but the cache was made for {cache.dims}")
     w = check_weights(entry, weights, d)
     segs = _segments(entry, cache, tokens, d)
-    return _step(w, d, cache, segs, checks.switch(entry, "all_logits", all_logits),
+    return _step(transposed(w), d, cache, segs, checks.switch(entry, "all_logits", all_logits),
                  _on(entry, backend, numeric_mode))
 
 
@@ -454,6 +486,7 @@ def generate(weights, config, prompts, max_new_tokens, temperature=1.0, top_k=No
         return tokens, logprobs
     gen = Generator(sd, **on)
     cache = KVCache(d, [pr.size + n_new - 1 for pr in ps])  # the last new token is never fed
+    w = transposed(w)
     logits = _step(w, d, cache, ps, False, on)
     for step in range(n_new):
         new = choose(logits, temp, k, gen, st, [len(t) for t in tokens], on, entry)
