@@ -300,3 +300,15 @@ def test_a_short_prompt_beside_one_past_a_fold_chunk_decodes_as_it_does_alone(ba
     want = -mojolike.cross_entropy(z[:-1], np.int64(tokens[1][1:]), reduction="none",
                                    backend=backend)
     assert_same_bits(np.float32(logprobs[1]), want[2:], "the short prompt's log-probs")
+
+
+def test_every_entry_point_refuses_an_unknown_keyword_by_name():
+    cache = KVCache(CONFIG, [4])
+    calls = [lambda **k: full_logits(W, CONFIG, np.int64([[1]]), **k),
+             lambda **k: decode_step(W, CONFIG, cache, [[1]], **k),
+             lambda **k: KVCache(CONFIG, [4], **k), lambda **k: parameter_shapes(CONFIG, **k)]
+    for call in calls:
+        with pytest.raises(Refusal) as err:
+            call(bogus_keyword=1)
+        assert err.value.option == "bogus_keyword"
+    assert cache.lengths == [0]

@@ -105,10 +105,16 @@ def dims_of(config, entry: str = "mojolike.generate") -> Dims:
     return Dims(**got)
 
 
-def parameter_shapes(config) -> dict[str, tuple[int, ...]]:
+@entry_point("mojolike.parameter_shapes")
+def parameter_shapes(config, *, entry, **unknown) -> dict[str, tuple[int, ...]]:
     """Every parameter's name and shape in the model's parameter order (biases only with
-    config.bias; lm_head.weight is tied to transformer.wte.weight, not a parameter)."""
-    d = dims_of(config)
+    config.bias; lm_head.weight is tied to transformer.wte.weight, not a parameter).
+
+    >>> list(parameter_shapes({"vocab_size": 5, "block_size": 8, "n_layer": 1, "n_head": 2,
+    ...                        "n_embd": 4, "bias": False}).items())[:3]
+    [('transformer.wte.weight', (5, 4)), ('transformer.wpe.weight', (8, 4)), ('transformer.h.0.ln_1.weight', (4,))]
+    """
+    d = dims_of(config, entry)
     c, out = d.n_embd, {}
 
     def add(name, shape, is_bias=False):
@@ -499,5 +505,4 @@ def generate(weights, config, prompts, max_new_tokens, temperature=1.0, top_k=No
     return tokens, logprobs
 
 
-__all__ = ["Dims", "KVCache", "check_weights", "choose", "decode_step", "dims_of", "full_logits",
-           "generate", "parameter_shapes"]
+__all__ = ["KVCache", "decode_step", "full_logits", "generate", "parameter_shapes"]
