@@ -312,3 +312,18 @@ def test_every_entry_point_refuses_an_unknown_keyword_by_name():
             call(bogus_keyword=1)
         assert err.value.option == "bogus_keyword"
     assert cache.lengths == [0]
+
+
+def test_log_probs_are_the_gpt_models_negated_token_losses_bit_for_bit():
+    from mojolike.training.gpt import GPT
+    model = GPT(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=8, seed=1,
+                backend="cpu-numba")
+    w = dict(model.named_parameters())
+    for options in ({"temperature": 0}, SAMPLED):
+        tokens, logprobs = generate(w, model.config, PROMPTS, 5, backend="cpu-numba", **options)
+        for seq, lps, pr in zip(tokens, logprobs, PROMPTS):
+            t = np.int64([seq])
+            losses = model.token_losses(t[:, :-1], t[:, 1:], backend="cpu-numba")[0]
+            assert_same_bits(np.float32(lps), -losses[len(pr) - 1:], f"log-probs of {seq}")
+            assert_same_bits(full_logits(w, model.config, t, backend="cpu-numba").reshape(-1),
+                             model.logits(t, backend="cpu-numba").reshape(-1), "logits")
