@@ -285,11 +285,6 @@ class KVCache:
     def __len__(self) -> int:
         return len(self.capacities)
 
-    def _write(self, p: int, layer: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
-        m = k.shape[1]
-        self._k[p][layer][:, start:start + m] = k
-        self._v[p][layer][:, start:start + m] = v
-
 def _segments(entry: str, cache: KVCache, tokens, d: Dims) -> list[np.ndarray]:
     if not isinstance(tokens, (list, tuple)) or len(tokens) != len(cache):
         refuse(entry, "tokens", f"must be a list with one token sequence per cache prompt "
