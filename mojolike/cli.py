@@ -261,7 +261,9 @@ def main(argv=None) -> int:
     b = sub.add_parser("backends", help="list backends and whether they run here")
     b.set_defaults(func=show_backends)
     from .training.cli import add_parser as add_train
+    from .training.generate_cli import add_parser as add_generate
     add_train(sub)
+    add_generate(sub)
     args = p.parse_args(argv)
     return args.func(args)
 
