@@ -79,6 +79,18 @@ def test_without_bias_the_biases_are_absent():
     assert len(names) == 2 + 2 * 6 + 1
 
 
+def test_without_bias_the_model_trains_saves_and_loads(tmp_path):
+    config = dict(TINY, bias=False)
+    want = on_tape("oracle", config, 1, 4)
+    assert_same(on_tape("cpu-cffi", config, 1, 4), want, "bias=False cpu-cffi")
+    model = randomized(GPT(**config, backend="oracle"), 0)
+    tokens, _ = batch(11, 1, 4, 1)
+    assert_same_bits(model.logits(tokens).reshape(-1), want[1].reshape(-1), "bias=False logits")
+    model.save_safetensors(tmp_path / "m.safetensors")
+    again = GPT.from_safetensors(tmp_path / "m.safetensors")
+    assert again.bias is False and again.NAMES == model.NAMES
+
+
 def test_the_init_stds_are_the_float32_values_nearest_their_exact_values():
     assert np.float32(INIT_STD) == INIT_STD
     below, above = np.nextafter(np.float32(INIT_STD), np.float32(0)), \
