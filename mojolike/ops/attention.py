@@ -296,7 +296,7 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, attn_mask
     >>> dq, dk, dv = mojolike.scaled_dot_product_attention_backward(
     ...     np.float32([[[[1]]]]), q, k, v, scale=0.0, backend="oracle")
     >>> dv.tolist(), dq.tolist()
-    ([[[[0.5], [0.5]]]], [[[[0.0, 0.0]]]])
+    ([[[[0.5], [0.5]]]], [[[[-0.0, 0.0]]]])
     """
     call, _, _ = check_call(entry, query, key, value, attn_mask, dropout_p, is_causal, scale,
                         enable_gqa, generator, stream, backward=True)

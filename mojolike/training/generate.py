@@ -53,6 +53,7 @@ from ..ops.layers import embedding, linear
 from ..ops.loss import cross_entropy
 from ..ops.rng import TWO64, Generator
 from ..ops.transformer import array, gelu, layer_norm, matmul, softmax
+from . import gpt  # the model's one list of its parameters
 
 _F32 = np.float32
 _NEG_INF = np.float32(-np.inf)
@@ -115,23 +116,8 @@ def parameter_shapes(config, *, entry, **unknown) -> dict[str, tuple[int, ...]]:
     [('transformer.wte.weight', (5, 4)), ('transformer.wpe.weight', (8, 4)), ('transformer.h.0.ln_1.weight', (4,))]
     """
     d = dims_of(config, entry)
-    c, out = d.n_embd, {}
-
-    def add(name, shape, is_bias=False):
-        if d.bias or not is_bias:
-            out[name] = shape
-
-    add("transformer.wte.weight", (d.vocab_size, c))
-    add("transformer.wpe.weight", (d.block_size, c))
-    for layer in range(d.n_layer):
-        p = f"transformer.h.{layer}."
-        for name, shape in (("ln_1", (c,)), ("attn.c_attn", (c, 3 * c)), ("attn.c_proj", (c, c)),
-                            ("ln_2", (c,)), ("mlp.c_fc", (c, 4 * c)), ("mlp.c_proj", (4 * c, c))):
-            add(p + name + ".weight", shape)
-            add(p + name + ".bias", (shape[-1],), True)
-    add("transformer.ln_f.weight", (c,))
-    add("transformer.ln_f.bias", (c,), True)
-    return out
+    return gpt.parameter_shapes({"vocab_size": d.vocab_size, "block_size": d.block_size, "n_layer": d.n_layer,
+                   "n_embd": d.n_embd, "bias": d.bias})
 
 
 def check_weights(entry: str, weights, d: Dims) -> dict[str, np.ndarray | None]:

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..core import checks, registry
 from ..core.entry import entry_point
-from ..core.refusals import refuse
+from ..core.refusals import Refusal, refuse
 from ..ops.attention import scaled_dot_product_attention
 from ..ops.layers import embedding, linear
 from ..ops.loss import cross_entropy
@@ -287,6 +287,32 @@ class GPT:
         z = _trunk(o, self, self._params, tok, None)
         rows = cross_entropy(z, tgt.reshape(-1), reduction="none", **o.on)
         return rows.reshape(tok.shape)
+
+    @entry_point()
+    def generate(self, prompts, max_new_tokens, temperature=1.0, top_k=None, seed=0, *,
+                 backend=None, numeric_mode=None, entry, **unknown):
+        """(tokens, logprobs) of `mojolike.training.generate.generate` on this model's weights:
+        prompts (a list of token sequences of any lengths) decoded together with a KV cache.
+
+        Reproducibility: each generated token's log-prob equals, bit for bit, the negation of
+        `token_losses` of the whole generated sequence at its position (the training
+        forward's log-softmax); a prompt's tokens and log-probs do not depend on the other
+        prompts; sampling is keyed by (seed, prompt index, position), so every backend and
+        thread count generates the same tokens.
+
+        >>> g = GPT(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8, backend="oracle")
+        >>> tokens, logprobs = g.generate([[1, 2], [3]], 2, temperature=0)
+        >>> [len(t) for t in tokens], [len(lp) for lp in logprobs]
+        ([4, 3], [2, 2])
+        """
+        from .generate import generate
+        on = {"backend": self.backend if backend is None else backend,
+              "numeric_mode": self.numeric_mode if numeric_mode is None else numeric_mode}
+        try:
+            return generate(dict(self.named_parameters()), self.config, prompts, max_new_tokens,
+                            temperature=temperature, top_k=top_k, seed=seed, **on)
+        except Refusal as r:
+            raise r.at(entry) from None
 
     def _tokens(self, e: str, tokens) -> np.ndarray:
         tok = _indices(e, "tokens", tokens, self.vocab_size)
