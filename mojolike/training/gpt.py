@@ -289,10 +289,12 @@ class GPT:
         return rows.reshape(tok.shape)
 
     @entry_point()
-    def generate(self, prompts, max_new_tokens, temperature=1.0, top_k=None, seed=0, *,
-                 backend=None, numeric_mode=None, entry, **unknown):
+    def generate(self, prompts, max_new_tokens, temperature=1.0, top_k=None, seed=0,
+                 streams=None, *, backend=None, numeric_mode=None, entry, **unknown):
         """(tokens, logprobs) of `mojolike.training.generate.generate` on this model's weights:
-        prompts (a list of token sequences of any lengths) decoded together with a KV cache.
+        prompts (a list of token sequences of any lengths) decoded together with a KV cache;
+        `streams` (default: each prompt's index) keys each prompt's sampling, so a prompt
+        decoded alone with its batch index as its stream draws what it drew in the batch.
 
         Reproducibility: each generated token's log-prob equals, bit for bit, the negation of
         `token_losses` of the whole generated sequence at its position (the training
@@ -310,7 +312,8 @@ class GPT:
               "numeric_mode": self.numeric_mode if numeric_mode is None else numeric_mode}
         try:
             return generate(dict(self.named_parameters()), self.config, prompts, max_new_tokens,
-                            temperature=temperature, top_k=top_k, seed=seed, **on)
+                            temperature=temperature, top_k=top_k, seed=seed, streams=streams,
+                            **on)
         except Refusal as r:
             raise r.at(entry) from None
 
