@@ -1,14 +1,19 @@
-"""The cpu-numba transformer kernels against torch (CPU, same run): attention and rows.
+"""The transformer ops against torch (CPU, same run, same threads): attention, rows, matmul.
 
-    python benchmarks/transformer.py [--shape 4,8,1024,64] [--rows 8192,768] [--repeat 3]
+    python benchmarks/transformer.py [--backend cpu-numba] [--repeat 3] [--only ...]
 
-Rows: attention forward + backward, causal, (B, H, L, E) against torch's
-F.scaled_dot_product_attention(is_causal=True) then .backward() (target <= 3x);
-softmax and layer_norm forward + backward on (M, N) against torch's F.softmax /
-F.layer_norm then .backward() (target <= 1.5x). The mojolike side calls the kernel set
-(native/transformer.py) directly, outputs preallocated. Best-of-`repeat` times, after a
-warm call; quote ratios from one run, with the CPU model it prints.
-Not a test.
+Every mojolike figure is the public function (what a user calls: checks, allocation,
+the kernels), against torch's forward + backward on the same data:
+- attention forward + backward, causal, (4, 8, 1024, 64) and (1, 12, 2048, 64):
+  `mojolike.scaled_dot_product_attention` + `_backward` against
+  F.scaled_dot_product_attention(is_causal=True).backward() (target <= 3x);
+- softmax and layer_norm forward + backward on (8192, 768), layer_norm with weight and
+  bias (dweight and dbias included on both sides) (target <= 1.5x);
+- matmul (48, 1024, 64) @ (48, 64, 1024), forward only (target <= 2.5x).
+Then torch's run-to-run and batch-size variation beside ours: the bits of sequence 0's
+attention output alone and inside batches of 2, 3 and 4, and of two identical calls.
+Best-of-`repeat` times after a warm call; quote ratios from one run, with the CPU model
+and load average it prints. Not a test.
 """
 from __future__ import annotations
 
@@ -19,39 +24,39 @@ import platform
 import numpy as np
 import torch
 import torch.nn.functional as F
-from mojolike.native import transformer
-from mojolike.oracles import attention as spec
 from timing import best_of
+
+import mojolike
 
 
 def cpu_model() -> str:
+    flags = ""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                    name = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = "AVX-512" if " avx512f" in line else "AVX2" if " avx2" in line else "no AVX2"
+                    return f"{name}, {flags}"
     except OSError:
         pass
     return platform.processor()
 
 
-def attention_case(k, shape, repeat):
-    b, h, n, e = shape
-    rng = np.random.default_rng(0)
-    q, kk, v, do = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
-    o, stats = np.empty_like(q), np.empty((b, h, n, 2), np.float32)
-    status = np.zeros((b, h), np.int32)
-    dq, dk, dv = np.empty_like(q), np.empty_like(q), np.empty_like(q)
-    none_b, none_a, strides = np.zeros(1, np.uint8), np.zeros(1, np.float32), np.zeros(4, np.int64)
-    sc = np.float32(spec.default_scale(e))
+def _data(shape, key):
+    return (np.random.default_rng(key).standard_normal(shape) * 0.5).astype(np.float32)
+
+
+def attention_case(backend, shape, repeat):
+    q, k, v, do = (_data(shape, i) for i in range(4))
+    on = {"backend": backend}
 
     def ours():
-        k.attention_forward(q, kk, v, none_b, none_a, 0, strides, True, sc, np.float32(0), np.float32(1),
-                            0, 0, 0, 64, o, stats, status)
-        k.attention_backward(do, q, kk, v, o, stats, none_b, none_a, 0, strides, True, sc,
-                             np.float32(0), np.float32(1), 0, 0, 0, 64, 64, dq, dk, dv, status)
+        mojolike.scaled_dot_product_attention(q, k, v, is_causal=True, **on)
+        mojolike.scaled_dot_product_attention_backward(do, q, k, v, is_causal=True, **on)
 
-    tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, kk, v))
+    tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, k, v))
     tdo = torch.from_numpy(do)
 
     def theirs():
@@ -62,25 +67,22 @@ def attention_case(k, shape, repeat):
     return best_of(ours, repeat), best_of(theirs, repeat)
 
 
-def rows_case(k, rows, repeat, which):
-    m, n = rows
-    rng = np.random.default_rng(1)
-    x, dy = (rng.standard_normal(rows).astype(np.float32) for _ in range(2))
-    w, bias = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-    y, dx, hh = np.empty_like(x), np.empty_like(x), np.empty_like(x)
-    status = np.zeros(m, np.int32)
-    eps = np.float32(1e-5)
+def rows_case(backend, rows, repeat, which):
+    x, dy = _data(rows, 10), _data(rows, 11)
+    n = rows[1]
+    w, b = _data(n, 12), _data(n, 13)
+    on = {"backend": backend}
 
     def ours():
         if which == "softmax":
-            k.softmax_rows(x, False, y, status)
-            k.softmax_backward_rows(dy, y, False, dx, status)
+            y = mojolike.softmax(x, **on)
+            mojolike.softmax_backward(dy, y, **on)
         else:
-            k.layer_norm_rows(x, w, True, bias, True, eps, y)
-            k.layer_norm_backward_rows(dy, x, w, True, eps, dx, hh)
+            mojolike.layer_norm(x, (n,), w, b, **on)
+            mojolike.layer_norm_backward(dy, x, (n,), w, b, **on)
 
     tx = torch.from_numpy(x).requires_grad_()
-    tw, tb = torch.from_numpy(w).requires_grad_(), torch.from_numpy(bias).requires_grad_()
+    tw, tb = torch.from_numpy(w).requires_grad_(), torch.from_numpy(b).requires_grad_()
     tdy = torch.from_numpy(dy)
 
     def theirs():
@@ -94,28 +96,63 @@ def rows_case(k, rows, repeat, which):
     return best_of(ours, repeat), best_of(theirs, repeat)
 
 
+def matmul_case(backend, repeat):
+    a, b = _data((48, 1024, 64), 20), _data((48, 64, 1024), 21)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    return (best_of(lambda: mojolike.matmul(a, b, backend=backend), repeat),
+            best_of(lambda: torch.matmul(ta, tb), repeat))
+
+
+def variation(backend) -> None:
+    q, k, v = (_data((4, 8, 256, 64), 30 + i) for i in range(3))
+    tq, tk, tv = (torch.from_numpy(t) for t in (q, k, v))
+    runs = {"torch F.scaled_dot_product_attention":
+            lambda n: F.scaled_dot_product_attention(tq[:n], tk[:n], tv[:n], is_causal=True).numpy(),
+            f"mojolike {backend}":
+            lambda n: mojolike.scaled_dot_product_attention(q[:n].copy(), k[:n].copy(), v[:n].copy(),
+                                                            is_causal=True, backend=backend)}
+    print("-- variation: the bits of sequence 0's causal attention output (8, 256, 64) alone and "
+          "inside batches of 2, 3, 4; and two identical calls of batch 4")
+    for what, fn in runs.items():
+        alone = fn(1)[0].tobytes()
+        differ = [n for n in (2, 3, 4) if fn(n)[0].tobytes() != alone]
+        again = fn(4).tobytes() == fn(4).tobytes()
+        print(f"   {what:38s} batch sizes that change sequence 0: "
+              f"{', '.join(map(str, differ)) or 'none'}; run to run: "
+              f"{'the same bits' if again else 'DIFFERENT bits'}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="4,8,1024,64")
-    p.add_argument("--rows", default="8192,768")
+    p.add_argument("--backend", default="cpu-numba")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--only", default="softmax,layer_norm,attention")
+    p.add_argument("--only", default="softmax,layer_norm,attention,attention-long,matmul,variation")
     args = p.parse_args()
-    k = transformer.load("identical")
-    print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus); numba threads {k.get_num_threads()}, "
-          f"torch threads {torch.get_num_threads()}, torch {torch.__version__}; "
-          f"load average {os.getloadavg()[0]:.2f}")
-    rows = tuple(int(v) for v in args.rows.split(","))
-    shape = tuple(int(v) for v in args.shape.split(","))
+    import numba
+    print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus); numba threads {numba.get_num_threads()}, "
+          f"torch threads {torch.get_num_threads()}, torch {torch.__version__}; backend "
+          f"{args.backend}; load average {os.getloadavg()[0]:.2f}")
+    cases = {
+        "softmax": ("softmax fwd+bwd (8192, 768)", 1.5,
+                    lambda: rows_case(args.backend, (8192, 768), args.repeat, "softmax")),
+        "layer_norm": ("layer_norm fwd+bwd (8192, 768)", 1.5,
+                       lambda: rows_case(args.backend, (8192, 768), args.repeat, "layer_norm")),
+        "attention": ("attention fwd+bwd causal (4, 8, 1024, 64)", 3.0,
+                      lambda: attention_case(args.backend, (4, 8, 1024, 64), args.repeat)),
+        "attention-long": ("attention fwd+bwd causal (1, 12, 2048, 64)", 3.0,
+                           lambda: attention_case(args.backend, (1, 12, 2048, 64), args.repeat)),
+        "matmul": ("matmul (48, 1024, 64) @ (48, 64, 1024)", 2.5,
+                   lambda: matmul_case(args.backend, args.repeat)),
+    }
     for name in args.only.split(","):
-        if name == "attention":
-            ours, theirs = attention_case(k, shape, args.repeat)
-            what = f"attention fwd+bwd causal {shape}"
-        else:
-            ours, theirs = rows_case(k, rows, args.repeat, name)
-            what = f"{name} fwd+bwd {rows}"
-        print(f"{what}: cpu-numba {ours * 1e3:.1f} ms, torch {theirs * 1e3:.1f} ms, "
-              f"ratio {ours / theirs:.2f} (load average {os.getloadavg()[0]:.2f})")
+        if name == "variation":
+            variation(args.backend)
+            continue
+        what, target, run = cases[name]
+        ours, theirs = run()
+        print(f"{what}: mojolike {ours * 1e3:.1f} ms, torch {theirs * 1e3:.1f} ms, ratio "
+              f"{ours / theirs:.2f} (target <= {target}; load average {os.getloadavg()[0]:.2f})",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ from .simd import vec as _vec
 
 _STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: no contraction, no reassociation
 _jit = njit(inline="always", error_model="numpy")
+_plain = njit(error_model="numpy")  # left to LLVM: inlining the 32-lane tree in numba IR costs minutes of compile
 PRIMITIVES = ("add", "sub", "mul", "div")
 IN1 = types.Array(float32, 1, "C", readonly=True)
 MB = types.Array(uint8, 1, "C", readonly=True)
@@ -235,7 +236,7 @@ def vkeep(typingctx, flags, a):
     return _vec(flags, a), codegen
 
 
-@_jit
+@_plain
 def _lane(x, xo, n, t, ld, col, lane):
     """Lane `lane` of the fold over e < n <= 1024 of x[xo + e] * t[e * ld + col + k], 16 k at once."""
     acc = vsplat(NEG_ZERO)
@@ -245,22 +246,22 @@ def _lane(x, xo, n, t, ld, col, lane):
 
 
 # the butterfly depth first: level `off` of lane l is (level 2 off of l) + (level 2 off of l + off)
-@_jit
+@_plain
 def _b16(x, xo, n, t, ld, col, lane):
     return vadd(_lane(x, xo, n, t, ld, col, lane), _lane(x, xo, n, t, ld, col, lane + 16))
 
 
-@_jit
+@_plain
 def _b8(x, xo, n, t, ld, col, lane):
     return vadd(_b16(x, xo, n, t, ld, col, lane), _b16(x, xo, n, t, ld, col, lane + 8))
 
 
-@_jit
+@_plain
 def _b4(x, xo, n, t, ld, col, lane):
     return vadd(_b8(x, xo, n, t, ld, col, lane), _b8(x, xo, n, t, ld, col, lane + 4))
 
 
-@_jit
+@_plain
 def _b2(x, xo, n, t, ld, col, lane):
     return vadd(_b4(x, xo, n, t, ld, col, lane), _b4(x, xo, n, t, ld, col, lane + 2))
 
