@@ -411,3 +411,9 @@ class NumbaTransformer(NumbaBase):
 
 def load(mode: str, backend: str = "cpu-numba") -> NumbaTransformer:
     return NumbaTransformer(mode)
+
+
+# the row kernels tests/test_vectorized.py compiles for every target and checks packed in loops
+# (the attention kernels' cold compile takes minutes per target; their speed is benchmarked)
+HOT_KERNELS = {"transformer._layer_norm": (_layer_norm, ("addps", "subps", "mulps")),
+               "transformer._softmax_backward": (_softmax_backward, ("mulps", "subps"))}
