@@ -75,6 +75,8 @@ def _outputs(suite, k, progress=None, label: str = "", left=None, cases=None
     case id -> the values the kernels left to the host (`fallbacks.Fallback` records)."""
     out = {}
     all_cases = suite.cases() if cases is None else cases
+    if progress:
+        progress(label, 0, len(all_cases))
     for i, case in enumerate(all_cases, 1):
         with fallbacks.collect() as got:
             for name, arr in suite.outputs(k, case):
@@ -277,8 +279,12 @@ def backend_outputs(suite, backend: str, progress=None) -> tuple[dict, dict[str,
     return outs, left, time.perf_counter() - t0
 
 
-def run_many(suites, backends, *, progress=None) -> list[list[SuiteRun]]:
+def run_many(suites, backends, *, progress=None, finished=None, controls_done=None
+             ) -> list[list[SuiteRun]]:
     """Every suite on every backend: `run_many(...)[i][j]` is `suites[i]` on `backends[j]`.
+
+    `finished(run)` is called as each suite x backend's clauses are known, and
+    `controls_done(suite_name, clauses)` as each suite's negative controls are.
 
     A backend whose kernels run in a worker process (the simulator, `registry.runs_in_worker`)
     computes its outputs in a thread meanwhile, so that process works while this one runs the
@@ -293,23 +299,36 @@ def run_many(suites, backends, *, progress=None) -> list[list[SuiteRun]]:
             for suite in suites:
                 for b in away:
                     computed[(suite.NAME, b)] = backend_outputs(suite, b, progress)
-        except BaseException as e:  # re-raised in the caller's thread
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             failed.append(e)
 
     worker = threading.Thread(target=work, name="mojolike-certify-worker", daemon=True)
     worker.start()
     for s in suites:  # every run compares with the oracle: compute it meanwhile too
         oracle_outputs(s, progress)
-    here = {(s.NAME, b): run(s, b, progress=progress, controls=False)
-            for s in suites for b in backends if b not in away}
+    here = {}
+    for s in suites:
+        for b in backends:
+            if b not in away:
+                here[(s.NAME, b)] = run(s, b, progress=progress, controls=False)
+                if finished:
+                    finished(here[(s.NAME, b)])
     worker.join()
     if failed:
         raise failed[0]
     out = []
     for s in suites:
-        runs = [here.get((s.NAME, b)) or run(s, b, progress=progress, controls=False,
-                                             computed=computed[(s.NAME, b)]) for b in backends]
+        runs = []
+        for b in backends:
+            if (s.NAME, b) in here:
+                runs.append(here[(s.NAME, b)])
+                continue
+            runs.append(run(s, b, progress=progress, controls=False, computed=computed[(s.NAME, b)]))
+            if finished:
+                finished(runs[-1])
         controls = {"e": negative_controls(s, progress)}
+        if controls_done:
+            controls_done(s.NAME, controls)
         for r in runs:
             r.suite_clauses = controls
         out.append(runs)

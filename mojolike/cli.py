@@ -1,37 +1,42 @@
-"""The `mojolike` command: certify backends, compare cards, list backends, train.
+"""The `mojolike` command: certify backends, compare cards, list backends, train, generate.
 
     mojolike certify [--backend NAME|all] [--suite NAME|all] [--out DIR] [--json]
-                     [--update-reference]
-    mojolike compare A B          (two cards, or two folders of cards)
-    mojolike backends
-    mojolike train [--steps N] [--backend B] [--out DIR] [--resume CKPT] [--stop-at K]
+                     [--numeric-mode identical] [--threads N] [--update-reference]
+    mojolike compare A B [--json]   (two cards, or two folders of cards)
+    mojolike backends [--json]
+    mojolike train ...              (mojolike train --help)
+    mojolike generate ...           (mojolike generate --help)
+    mojolike --version
 
 Exit codes:
   certify  0 every clause holds (and, with --update-reference, every reference was
-           written); 1 a clause fails or a reference was not written; 2 a usage error,
+           written); 1 a clause fails or a reference was not written; 2 a usage error
+           (an unknown backend or suite, a numeric mode the contract does not define),
            an unavailable backend, or --update-reference without the backends it needs
            (oracle, cpu-numba, cpu-cffi, and cuda-sim where it runs).
   compare  0 the cards are the same; 1 valid cards differ (or a card is in only one
-           folder); 2 a card is invalid (the file and line are named) or a usage error.
+           folder, or the two cards are of different profiles); 2 a card is invalid (the
+           file and line are named) or a usage error.
   train    0 the run reached its last step (or --stop-at); 2 a usage error, a refused
-           option or an unavailable backend (mojolike/_train_cli.py).
+           option or an unavailable backend; 130 interrupted.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
+from . import __version__
+from .cli_progress import LEGEND, Progress
 from .core import registry
 
 
-def _progress(label: str, done: int, total: int) -> None:
-    if sys.stderr.isatty():
-        end = "\n" if done == total else ""
-        sys.stderr.write(f"\r\x1b[K  {label}: {done}/{total} cases{end}")
-        sys.stderr.flush()
+class UsageError(Exception):
+    """A command line the command cannot run: said on stderr, exit status 2."""
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -47,11 +52,10 @@ def _choose_backends(name: str) -> tuple[list[str], list[registry.BackendInfo]]:
         return [b.name for b in infos if b.available], [b for b in infos if not b.available]
     info = {b.name: b for b in infos}.get(name)
     if info is None:
-        raise SystemExit(f"mojolike certify: --backend {name!r} is not a backend; choose one of "
+        raise UsageError(f"--backend {name!r} is not a backend; choose one of "
                          f"{', '.join(registry.BACKENDS)} or all")
     if not info.available:
-        print(f"mojolike certify: --backend {name!r} cannot run here: {info.reason}", file=sys.stderr)
-        raise SystemExit(2)
+        raise UsageError(f"--backend {name!r} cannot run here: {info.reason}")
     return [name], []
 
 
@@ -121,12 +125,33 @@ def _lacking(suite) -> str:
     return f"{need} is not installed: pip install 'mojolike[{extra}]'"
 
 
+def _threads(n: int | None) -> None:
+    """--threads N: the thread count of both CPU backends (numba's pool, OpenMP), as
+    NUMBA_NUM_THREADS and OMP_NUM_THREADS would set it; the kernels are not loaded yet."""
+    if n is None:
+        return
+    if n < 1:
+        raise UsageError(f"--threads {n} is not a thread count; give 1 or more")
+    os.environ["NUMBA_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(n)
+    if "numba" in sys.modules:  # already imported (tests, an embedding program): resize its pool
+        import numba
+        if n > numba.config.NUMBA_NUM_THREADS:
+            raise UsageError(f"--threads {n}: numba was started with "
+                             f"{numba.config.NUMBA_NUM_THREADS} threads in this process")
+        numba.set_num_threads(n)
+
+
 def certify(args) -> int:
     from .contracts import SUITES, harness
-    names, skipped = _choose_backends(args.backend)
+    if args.numeric_mode not in (None, registry.CONTRACT_MODE):
+        raise UsageError(f"--numeric-mode {args.numeric_mode!r}: the contracts define the "
+                         f"{registry.CONTRACT_MODE} mode only; {', '.join(registry.MODES)} exist, "
+                         f"and only {registry.CONTRACT_MODE} is certified")
     if args.suite != "all" and args.suite not in SUITES:
-        raise SystemExit(f"mojolike certify: --suite {args.suite!r} is not a suite; choose one of "
+        raise UsageError(f"--suite {args.suite!r} is not a suite; choose one of "
                          f"{', '.join(SUITES)} or all")
+    _threads(args.threads)
+    names, skipped = _choose_backends(args.backend)
     suites = SUITES if args.suite == "all" else (args.suite,)
     missing = _missing_reference_backends(names) if args.update_reference else []
     if missing:
@@ -149,7 +174,12 @@ def certify(args) -> int:
             not_run[sname] = lacking
             continue
         runnable.append(suite)
-    for suite, runs in zip(runnable, harness.run_many(runnable, names, progress=_progress)):
+    progress = Progress([s.NAME for s in runnable])
+    started = time.perf_counter()
+    results = harness.run_many(runnable, names, progress=progress.cases,
+                               finished=progress.finished, controls_done=progress.controls)
+    progress.total(sum(map(len, results)))
+    for suite, runs in zip(runnable, results):
         sname = suite.NAME
         harness.finish_cross_backend(runs, against_reference=not args.update_reference)
         if args.update_reference:
@@ -170,6 +200,7 @@ def certify(args) -> int:
                          indent=2, sort_keys=True))
         return 0 if ok else 1
     rows = [["suite", "backend", "records", "cells compared", "clauses", "card md5"]]
+    letters = sorted({k for r in all_runs for k in r.clauses} | {k for cl in suite_clauses.values() for k in cl})
     for r in all_runs:
         rows.append([r.suite, r.backend, str(r.records), str(r.cells_compared),
                      " ".join(f"{k}:{c.status}" for k, c in r.clauses.items()), r.card_md5])
@@ -191,7 +222,9 @@ def certify(args) -> int:
                 print(f"FAIL {s} ({k}, once per suite): {c.detail}")
     for n in notes:
         print(n)
-    print(f"cards and meta in {out_dir}/<backend>/; {'all clauses hold' if ok else 'some clauses FAIL'}")
+    print("clauses: " + "; ".join(f"{k} {LEGEND.get(k, 'see the suite contract')}" for k in letters))
+    print(f"cards and meta in {out_dir}/<backend>/; {'all clauses hold' if ok else 'some clauses FAIL'}"
+          f"; {time.perf_counter() - started:.1f} s in all")
     return 0 if ok else 1
 
 
@@ -199,42 +232,65 @@ def _card_files(p: Path) -> dict[str, Path]:
     return {str(f.relative_to(p)): f for f in sorted(p.rglob("*.card"))}
 
 
+def _profile_mismatch(name: str, a, b) -> str | None:
+    if a.profile == b.profile:
+        return None
+    return (f"{name}: the cards come from different contracts: {a.source} was written under "
+            f"profile {a.profile} and {b.source} under {b.profile}; a record-by-record comparison "
+            f"would mean nothing, so none was made")
+
+
 def compare(args) -> int:
     from .core.cardformat import CardError, first_difference, read
     a, b = Path(args.a), Path(args.b)
+
+    def verdict(code: int, text: str, **extra) -> int:
+        if args.json:
+            print(json.dumps({"result": {0: "same", 1: "differ", 2: "error"}[code], "message": text,
+                              **extra}, indent=2, sort_keys=True))
+        else:
+            print(text, file=sys.stderr if code == 2 else sys.stdout)
+        return code
+
     if a.is_file() and b.is_file():
         fa, fb = {a.name: a}, {a.name: b}
     elif a.is_dir() and b.is_dir():
         fa, fb = _card_files(a), _card_files(b)
         if not fa and not fb:
-            print(f"no cards under {a} and {b}")
-            return 2
+            return verdict(2, f"mojolike compare: no cards under {a} and {b}")
     else:
-        print("mojolike compare: give two card files or two folders of cards", file=sys.stderr)
-        return 2
+        return verdict(2, "mojolike compare: give two card files or two folders of cards")
     try:  # every card is verified before any verdict: two equal broken files are not "same"
         ca = {k: read(p) for k, p in fa.items()}
         cb = {k: read(p) for k, p in fb.items()}
     except CardError as e:
-        print(f"mojolike compare: invalid card: {e}", file=sys.stderr)
-        return 2
+        return verdict(2, f"mojolike compare: invalid card: {e}")
     missing = sorted(set(ca) ^ set(cb))
     if missing:
-        print(f"differ: {missing[0]} is in only one of the folders")
-        return 1
-    for name in ca:
-        diff = first_difference(ca[name].text, cb[name].text)
-        if diff:
-            print(f"differ: {name}: {diff}")
-            return 1
+        return verdict(1, f"differ: {missing[0]} is in only one of the folders", card=missing[0])
     for name, card in ca.items():
-        print(f"same: {name} md5={card.md5}")
-    return 0
+        why = _profile_mismatch(name, card, cb[name])
+        diff = why and f"differ: {why}"
+        if not diff:
+            first = first_difference(card.text, cb[name].text)
+            diff = first and f"differ: {name}: {first}"
+        if diff:
+            return verdict(1, diff, card=name)
+    same = {name: card.md5 for name, card in ca.items()}
+    return verdict(0, "\n".join(f"same: {name} md5={md5}" for name, md5 in same.items()), md5=same)
 
 
 def show_backends(args) -> int:
+    infos = registry.backends()
+    if args.json:
+        print(json.dumps({"backends": [{"name": b.name, "available": b.available, "why": b.reason,
+                                        "what": b.description} for b in infos],
+                          "default_backend": registry.DEFAULT_BACKEND,
+                          "default_numeric_mode": registry.DEFAULT_MODE,
+                          "certified_numeric_mode": registry.CONTRACT_MODE}, indent=2, sort_keys=True))
+        return 0
     rows = [["backend", "available", "why / how", "what"]]
-    for b in registry.backends():
+    for b in infos:
         rows.append([b.name, "yes" if b.available else "no", b.reason, b.description])
     print(_table(rows))
     print(f"default: {registry.DEFAULT_BACKEND}, numeric mode {registry.DEFAULT_MODE} "
@@ -242,30 +298,53 @@ def show_backends(args) -> int:
     return 0
 
 
+def _epilog() -> str:
+    from .contracts import SUITES
+    exits = __doc__[__doc__.index("Exit codes:"):].rstrip()
+    return (f"suites: {', '.join(SUITES)}\nbackends: {', '.join(registry.BACKENDS)} (mojolike "
+            f"backends says which run here)\nnumeric modes: {', '.join(registry.MODES)} (only "
+            f"{registry.CONTRACT_MODE} is certified)\n\n{exits}\n")
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="mojolike", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="mojolike", description=__doc__.splitlines()[0],
+                                epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"mojolike {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("certify", help="run the contract suites and write cards")
+    c = sub.add_parser("certify", help="run the contract suites and write cards",
+                       epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--backend", default="all", help="a backend name, or all available (default)")
     c.add_argument("--suite", default="all", help="a suite name, or all (default)")
     c.add_argument("--out", default="cards-out", help="output folder (default ./cards-out)")
     c.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
+    c.add_argument("--numeric-mode", default=None,
+                   help=f"the numeric mode (MOJOLIKE_NUMERIC_MODE); the contracts define "
+                        f"{registry.CONTRACT_MODE} only, the default")
+    c.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="threads of both CPU backends (NUMBA_NUM_THREADS and OMP_NUM_THREADS)")
     c.add_argument("--update-reference", action="store_true",
                    help="write the committed reference cards (only when oracle, cpu-numba, cpu-cffi "
                         "and cuda-sim where it runs agree and every clause holds)")
     c.set_defaults(func=certify)
-    m = sub.add_parser("compare", help="compare two cards or two folders of cards")
-    m.add_argument("a")
-    m.add_argument("b")
+    m = sub.add_parser("compare", help="compare two cards or two folders of cards; name the first "
+                                       "differing record (of a run card: the first differing step)")
+    m.add_argument("a", help="a card file, or a folder of cards (searched recursively)")
+    m.add_argument("b", help="the card file or folder to compare it with")
+    m.add_argument("--json", action="store_true", help="print the verdict as JSON")
     m.set_defaults(func=compare)
     b = sub.add_parser("backends", help="list backends and whether they run here")
+    b.add_argument("--json", action="store_true", help="print the list as JSON")
     b.set_defaults(func=show_backends)
     from .training.cli import add_parser as add_train
     from .training.generate_cli import add_parser as add_generate
     add_train(sub)
     add_generate(sub)
     args = p.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"mojolike {args.command}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,118 @@
+"""The `mojolike` command follows command-line conventions: usage errors exit 2, --version
+and --json where a script reads the answer, --help lists the suites, backends and exit codes,
+and certify's progress is one whole line per event on any stream."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import mojolike
+from mojolike import cli
+from mojolike.cards import reference_path
+from mojolike.cli_progress import LEGEND, Progress
+from mojolike.core import cardformat
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["certify", "--backend", "gpu"], "--backend 'gpu' is not a backend"),
+    (["certify", "--suite", "foo"], "--suite 'foo' is not a suite"),
+    (["certify", "--numeric-mode", "fast"], "the contracts define the identical mode only"),
+    (["certify", "--threads", "0"], "--threads 0 is not a thread count"),
+])
+def test_a_certify_usage_error_exits_2_and_says_what_is_wrong(argv, said, capsys, tmp_path):
+    assert cli.main([*argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mojolike certify: ") and said in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_version_prints_the_package_version():
+    out = subprocess.run([sys.executable, "-m", "mojolike", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"mojolike {mojolike.__version__}"
+
+
+def test_help_lists_the_suites_the_backends_and_the_exit_codes():
+    from mojolike.contracts import SUITES
+    out = subprocess.run([sys.executable, "-m", "mojolike", "certify", "--help"], capture_output=True,
+                         text=True).stdout
+    assert "suites: " + ", ".join(SUITES) in out
+    assert "backends: oracle, cpu-numba, cpu-cffi, cuda, cuda-sim" in out
+    assert "Exit codes:" in out and "--numeric-mode" in out and "--threads" in out
+
+
+def test_backends_json_lists_every_backend_with_whether_it_runs(capsys):
+    assert cli.main(["backends", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [b["name"] for b in got["backends"]] == ["oracle", "cpu-numba", "cpu-cffi", "cuda", "cuda-sim"]
+    assert got["certified_numeric_mode"] == "identical"
+    assert all(isinstance(b["available"], bool) and b["why"] for b in got["backends"])
+
+
+def _folders(tmp_path, a: str, b: str):
+    for name, text in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "fold.card").write_text(text)
+    return str(tmp_path / "a" / "fold.card"), str(tmp_path / "b" / "fold.card")
+
+
+def test_compare_json_gives_the_verdict_and_the_md5(tmp_path, capsys):
+    ref = reference_path("fold").read_text()
+    assert cli.main(["compare", *_folders(tmp_path, ref, ref), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["result"] == "same" and got["md5"] == {"fold.card": cardformat.read(reference_path("fold")).md5}
+
+
+def test_compare_says_in_plain_words_that_cards_of_two_profiles_are_not_compared(tmp_path, capsys):
+    ref = reference_path("fold").read_text()
+    records = ref.splitlines()[1:-2]
+    other = cardformat.render("mojolike.identical.fold.fp32.v0", records)
+    assert cli.main(["compare", *_folders(tmp_path, ref, other)]) == 1
+    out = capsys.readouterr().out
+    assert "come from different contracts" in out and "mojolike.identical.fold.fp32.v0" in out
+    assert "line 1" not in out
+
+
+def test_certify_prints_a_line_as_each_suite_and_backend_starts_and_ends_when_stderr_is_not_a_terminal(
+        tmp_path, capsys):
+    assert cli.main(["certify", "--backend", "oracle", "--suite", "fold", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert any("suite 1/1 fold oracle: started (120 cases)" in x for x in lines)
+    assert any("suite 1/1 fold oracle: done, 360 records" in x and "a:n/a" in x for x in lines)
+    assert any("suite 1/1 fold: negative controls e:pass" in x for x in lines)
+    assert "\r" not in captured.err and "\x1b" not in captured.err  # no live bar off a terminal
+    assert "s in all" in captured.out
+    assert f"e {LEGEND['e']}" in captured.out and f"a {LEGEND['a']}" in captured.out
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_two_threads_reporting_at_once_never_share_a_line_on_a_terminal():
+    out = _Terminal()
+    p = Progress(["fold", "optim"], stream=out)
+
+    def report(label):
+        p.cases(label, 0, 200)
+        for i in range(1, 201):
+            p.cases(label, i, 200)
+
+    threads = [threading.Thread(target=report, args=(f"{s} cpu-numba",)) for s in ("fold", "optim")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    p.total(2)
+    # every event line is whole: after erasing the live counter, a line holds one event
+    for line in out.getvalue().replace("\r\x1b[K", "\n").splitlines():
+        assert line.count("cpu-numba") <= 1 and line.count("[") <= 1, line
+    events = [x for x in out.getvalue().replace("\r\x1b[K", "\n").splitlines() if x.startswith("[")]
+    assert sum("started" in x for x in events) == 2 and sum("outputs computed" in x for x in events) == 2
+    assert events[-1].endswith("certify: 2 runs of 2 suites done")
