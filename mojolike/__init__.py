@@ -25,6 +25,7 @@ from .ops.layers import (
     rms_norm_backward,
 )
 from .ops.loss import cross_entropy
+from .ops.mixed import cast
 from .ops.rng import Generator
 from .ops.schedule import ConstantLR, WarmupCosineLR, WarmupLinearLR
 from .ops.transformer import (
@@ -54,7 +55,7 @@ __all__ = [
     "SGD", "Adam", "AdamW", "BackendUnavailable", "ConstantLR", "Generator", "GradScaler", "OutlierDetector",
     "Refusal",
     "WarmupCosineLR", "WarmupLinearLR", "accumulate_grads", "accumulation_is_aligned",
-    "backend_used", "backends", "chunked_lm_head_loss", "clip_grad_norm_", "get_total_norm", "cross_entropy", "dot", "embedding",
+    "backend_used", "backends", "cast", "chunked_lm_head_loss", "clip_grad_norm_", "get_total_norm", "cross_entropy", "dot", "embedding",
     "embedding_backward", "fold", "grad_checksum", "linear", "linear_backward", "load_state", "math",
     "mlp_inference_sessions", "numeric_mode_used", "random", "relu", "rms_norm",
     "rms_norm_backward", "save_state", "sumsq", "Tape",

@@ -27,6 +27,7 @@ import numbers
 import os
 from fractions import Fraction
 
+import ml_dtypes
 import numpy as np
 
 from ..oracles import f32
@@ -230,3 +231,44 @@ def _allocate(make, entry: str, name: str, dims, dtype) -> np.ndarray:
         return make(dims, dtype)
     except (MemoryError, ValueError) as e:
         refuse(entry, name, f"cannot be allocated ({type(e).__name__}: {e})", value=dims)
+
+
+# -- the casts' buffers (mojolike.cast): float32 and the two 16-bit storage types --------------
+# dtype name -> the numpy dtype; bfloat16 is ml_dtypes' (the numpy extension type JAX uses)
+CAST_TYPES = {"float32": F32, "bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype("<f2")}
+
+
+def cast_dtype(entry: str, name: str, v) -> str:
+    """The name of a cast's target type ("float32", "bfloat16" or "float16") given as that
+    name, a numpy dtype or a scalar type (numpy.float16, ml_dtypes.bfloat16); anything else,
+    torch dtypes and float64 included, is refused."""
+    try:
+        d = np.dtype(v) if not isinstance(v, str) or v in CAST_TYPES else None
+    except TypeError:
+        d = None
+    got = next((k for k, t in CAST_TYPES.items() if d == t), None)
+    if got is None:
+        refuse(entry, name, "is not covered; choose one of 'float32', 'bfloat16' "
+                            "(ml_dtypes.bfloat16) and 'float16' (numpy.float16)", value=v)
+    return got
+
+
+def as_cast_buffer(entry: str, name: str, obj, *, writable: bool = False) -> tuple[np.ndarray, str]:
+    """(a 1-D view of `obj` in C order without a copy, its type name) for a float32,
+    bfloat16 or float16 buffer; other dtypes (float64 among them), non-native byte order,
+    empty, strided and, with `writable`, read-only buffers are refused."""
+    a = _as_array(entry, name, obj)
+    kind = next((k for k, t in CAST_TYPES.items() if a.dtype == t), None)
+    if kind is None:
+        swapped = a.dtype.kind == "f" and not a.dtype.isnative
+        refuse(entry, name, "is in non-native byte order; pass a native-order copy" if swapped else
+               f"has dtype {a.dtype.name}; only float32, bfloat16 (ml_dtypes.bfloat16) and "
+               f"float16 buffers are covered (float64 is not converted)")
+    if a.size == 0:
+        refuse(entry, name, "is empty; at least one element is needed")
+    if not a.flags.c_contiguous:
+        refuse(entry, name, f"is not C-contiguous (strides {a.strides}); pass a contiguous "
+                            f"buffer, e.g. numpy.ascontiguousarray(...)")
+    if writable and not a.flags.writeable:
+        refuse(entry, name, "is read-only but is written")
+    return a.reshape(-1), kind

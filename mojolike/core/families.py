@@ -14,7 +14,7 @@ concatenates the C sources in it), so a family joins at the end.
 """
 from __future__ import annotations
 
-FAMILIES = ("fold", "optim", "crmath", "loss", "schedule", "rng", "layers", "transformer")
+FAMILIES = ("fold", "optim", "crmath", "loss", "schedule", "rng", "layers", "transformer", "mixed")
 
 # backend -> the package holding that backend's kernel modules, one per family
 LAYERS = {

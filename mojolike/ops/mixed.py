@@ -1,0 +1,79 @@
+"""Public casts between float32 and the storage types bfloat16 and float16, any backend.
+
+bfloat16 buffers are numpy arrays of `ml_dtypes.bfloat16`, float16 buffers numpy
+float16 (contracts/mixed.md). The kernels see the 16-bit buffers as their uint16
+bit patterns.
+
+>>> import numpy as np, ml_dtypes
+>>> cast(np.float32([1.0, 1.00390625]), ml_dtypes.bfloat16, backend="oracle").tolist()  # a tie: to even
+[1.0, 1.0]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.checks import CAST_TYPES, as_cast_buffer, cast_dtype, disjoint, empty, shape_of
+from ..core.entry import entry_point
+from ..core.refusals import refuse
+from ..core.registry import kernels
+
+# (source type, target type) -> the kernel method
+_METHODS = {("float32", "bfloat16"): "to_bf16", ("float32", "float16"): "to_f16",
+            ("bfloat16", "float32"): "from_bf16", ("float16", "float32"): "from_f16"}
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """The kernels' view of a buffer: float32 as is, a 16-bit type as its uint16 patterns."""
+    return a if a.dtype == np.float32 else a.view(np.uint16)
+
+
+@entry_point("mojolike.cast")
+def cast(x, dtype, out=None, *, backend=None, numeric_mode=None, entry, **unknown) -> np.ndarray:
+    """x converted to `dtype`: float32 to bfloat16 or float16, or either of them to float32.
+
+    Narrowing rounds to nearest, ties to even, keeps subnormals of the target, sends
+    every value beyond its largest finite value by half an ulp or more to +-inf, and
+    every NaN (any sign, any payload) to the target's canonical quiet NaN with the sign
+    clear: bfloat16 0x7FC0, float16 0x7E00. Widening is exact; a NaN keeps its sign and
+    payload (shifted into the top of the float32 significand), as numpy's astype does.
+    A cast between bfloat16 and float16 is not covered (widen first: both steps
+    together round once).
+
+    `x`: a float32, bfloat16 (ml_dtypes.bfloat16) or float16 buffer, C-contiguous.
+    `dtype`: "float32", "bfloat16" or "float16", or the numpy dtype / scalar type.
+    `out`: optional C-contiguous writable buffer of `dtype` with x's element count, not
+    sharing memory with x; it is written and returned (else a new array of x's shape).
+
+    Reproducibility: numeric_mode="identical" gives the oracle's bits
+    (oracles/mixed.py, integer arithmetic on the patterns) on every backend; each slot
+    depends on its own input's bits alone.
+
+    >>> import numpy as np, mojolike
+    >>> x = np.float32([1.0, 65520.0, np.nan, 2.0 ** -25 * 3])
+    >>> mojolike.cast(x, np.float16, backend="oracle").view(np.uint16).tolist()  # 1, inf, NaN, subnormal 2
+    [15360, 31744, 32256, 2]
+    >>> mojolike.cast(mojolike.cast(x, "bfloat16"), "float32").tolist()[:2]
+    [1.0, 65536.0]
+    """
+    target = cast_dtype(entry, "dtype", dtype)
+    a, source = as_cast_buffer(entry, "x", x)
+    method = _METHODS.get((source, target))
+    if method is None:
+        why = ("is x's own type; there is nothing to cast" if source == target else
+               f"is not covered from {source}: a cast between bfloat16 and float16 goes through "
+               f"float32 (cast to float32 first; the two steps together round once)")
+        refuse(entry, "dtype", why, value=target)
+    if out is None:
+        result = empty(entry, "out", shape_of(x), CAST_TYPES[target])
+        dst = result.reshape(-1)
+    else:
+        dst, got = as_cast_buffer(entry, "out", out, writable=True)
+        if got != target:
+            refuse(entry, "out", f"has dtype {got}, not the cast's target {target}")
+        if dst.size != a.size:
+            refuse(entry, "out", f"has {dst.size} elements; x has {a.size}")
+        disjoint(entry, [("x", a), ("out", dst)])
+        result = out
+    k = kernels(entry, "mixed", backend, numeric_mode)
+    getattr(k, method)(_bits(a), _bits(dst))
+    return result
