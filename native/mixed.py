@@ -35,7 +35,7 @@ from numba import float32, njit, prange, types, uint16, uint32, void
 from ..oracles import mixed as oracle
 from .base import NumbaBase
 
-_STRICT = dict(cache=True, error_model="numpy")  # fastmath off
+_STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off
 BLOCK = 8192  # elements per parallel task
 BF16_NAN = oracle.BF16_NAN
 F16_NAN = oracle.F16_NAN

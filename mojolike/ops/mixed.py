@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.checks import CAST_TYPES, as_cast_buffer, cast_dtype, disjoint, empty, shape_of
+from ..core.checks import (
+    CAST_TYPES,
+    as_cast_buffer,
+    cast_dtype,
+    disjoint,
+    empty,
+    shape_of,
+)
 from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..core.registry import kernels

@@ -9,6 +9,8 @@ Reproducibility: the definition itself.
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from ...core import registry
@@ -20,7 +22,7 @@ class OracleMixed:
 
     backend = "oracle"
     numeric_mode = registry.CONTRACT_MODE
-    details: dict = {}
+    details: ClassVar[dict] = {}
     takes_pieces = False
 
     def to_bf16(self, x, out) -> None:

@@ -1,0 +1,252 @@
+"""The mixed suite: casts over every class of value, threads, refusals, negative controls (contracts/mixed.md).
+
+>>> [c.id for c in cases()][:3]
+['specials', 'ties-bf16', 'ties-f16']
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import ml_dtypes
+import numpy as np
+
+from ..ops import mixed as api
+from ..oracles import mixed as spec
+from .casegen import SplitMix64
+from .harness import refusal_clause, with_1_and_2_threads
+
+NAME = "mixed"
+FAMILY = "mixed"
+PROFILE = "mojolike.identical.mixed.casts.v1"
+THREAD_N = 1 << 22
+
+SPECIALS = (0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF800000,
+            0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FA00000, 0xFFC01234, 0x7FFFFFFF,
+            0xFFFFFFFF, 0x7F80FFFF, 0x00000001, 0x80000001, 0x007FFFFF, 0x00800000, 0x7F7FFFFF,
+            0xFF7FFFFF, 0x477FE000, 0x38800000, 0x33800000, 0x33000000, 0xB3000000, 0x33000001)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    kind: str  # "narrow" (x float32), "widen-bf16" or "widen-f16" (h: uint16 patterns)
+    data: np.ndarray
+
+
+def _f32(patterns) -> np.ndarray:
+    return np.array(patterns, np.uint32).view(np.float32)
+
+
+def _signed(r: SplitMix64, patterns: list[int]) -> list[int]:
+    return [u | (r.next() & 1) << 31 for u in patterns]
+
+
+def _ties(key: str, lo_exp: int, hi_exp: int, drop: int, n: int) -> list[int]:
+    """Patterns whose `drop` low bits are exactly half (ties), with the kept bit even or odd,
+    and their neighbours one pattern below and above, exponents in [lo_exp, hi_exp]."""
+    r = SplitMix64(key)
+    out = []
+    for _ in range(n):
+        e = lo_exp + r.below(hi_exp - lo_exp + 1)
+        kept = (r.next() & ((1 << (23 - drop)) - 1)) << drop
+        base = e << 23 | kept | 1 << (drop - 1)
+        out += [base, base - 1, base + 1]
+    return _signed(r, out)
+
+
+@lru_cache(maxsize=1)
+def cases() -> tuple[Case, ...]:
+    r = SplitMix64("mixed/cases")
+    sub_bf16 = _signed(r, [r.next() & 0x7FFFFF for _ in range(96)] + [0x8000, 0x18000, 0x7FFF,
+                                                                       0x17FFF, 0x7F8000])
+    # float16 subnormals: |x| in [2^-26, 2^-14), exponents 101..112, ties k * 2^-25 (k odd)
+    sub_f16 = [(101 + r.below(12)) << 23 | (r.next() & 0x7FFFFF) for _ in range(96)]
+    sub_f16 += [spec.round_to(0, k, -25, spec.F32) for k in (1, 3, 5, 7, 2047, 2045)]
+    overflow = [0x7F7F7FFF, 0x7F7F8000, 0x7F7F8001, 0x7F7FFFFF, 0x7F7EFFFF, 0x7F7E8000,
+                0x477FE000, 0x477FEFFF, 0x477FF000, 0x477FF001, 0x47800000, 0x47C35000, 0x7E967699]
+    nan = [0x7F800000 | (r.next() & 0x7FFFFF) | 1 for _ in range(30)] + [0x7FC00000, 0x7F800001]
+    normal = [(r.below(254) + 1) << 23 | (r.next() & 0x7FFFFF) for _ in range(256)]
+    narrow = [
+        ("specials", list(SPECIALS)),
+        ("ties-bf16", _ties("mixed/ties-bf16", 1, 254, 16, 64)),
+        ("ties-f16", _ties("mixed/ties-f16", 113, 142, 13, 64)),
+        ("subnormal-bf16", sub_bf16),
+        ("subnormal-f16", _signed(r, sub_f16)),
+        ("overflow", _signed(r, overflow) + [u | 0x80000000 for u in overflow]),
+        ("nan", _signed(r, nan)),
+        ("zeros", [0x00000000, 0x80000000] * 4),
+        ("normal", _signed(r, normal)),
+        ("bits", [r.next() & 0xFFFFFFFF for _ in range(512)]),
+    ]
+    out = [Case(cid, "narrow", _f32(p)) for cid, p in narrow]
+    # every exponent field with both signs and a few significands, NaN payloads among them
+    f16 = [s << 15 | e << 10 | m for s in (0, 1) for e in range(32)
+           for m in (0, 1, 0x200, 0x3FF, 0x155, r.next() & 0x3FF)]
+    bf16 = [s << 15 | e << 7 | m for s in (0, 1) for e in range(256)
+            for m in (0, 1, 0x40, 0x7F)]
+    out.append(Case("widen-f16", "widen-f16", np.array(f16, np.uint16)))
+    out.append(Case("widen-bf16", "widen-bf16", np.array(bf16, np.uint16)))
+    return tuple(out)
+
+
+def _patterns16(a: np.ndarray) -> np.ndarray:
+    """uint16 patterns as the card's float32 cells: each pattern zero-extended to 32 bits
+    (never a NaN pattern, so the card's NaN class cannot merge two of them)."""
+    return a.astype(np.uint32).view(np.float32)
+
+
+def _patterns32(out: np.ndarray) -> np.ndarray:
+    """float32 results as the card's cells: each pattern's high and low halves, zero-extended,
+    so a NaN's sign and payload reach the card."""
+    b = out.view(np.uint32)
+    return np.stack([b >> 16, b & 0xFFFF], axis=1).reshape(-1).astype(np.uint32).view(np.float32)
+
+
+def outputs(k, case: Case) -> list[tuple[str, np.ndarray]]:
+    """The suite's outputs of one case on kernels `k`, in card order."""
+    if case.kind == "narrow":
+        res = []
+        for name in ("to_bf16", "to_f16"):
+            out = np.empty(case.data.size, np.uint16)
+            getattr(k, name)(case.data, out)
+            res.append((name, _patterns16(out)))
+        return res
+    out = np.empty(case.data.size, np.float32)
+    name = "from_bf16" if case.kind == "widen-bf16" else "from_f16"
+    getattr(k, name)(case.data, out)
+    return [(name, _patterns32(out))]
+
+
+def extra_clauses(k) -> dict[str, tuple[str, str]]:
+    return {"c": clause_threads(k), "f": clause_refusals(k)}
+
+
+def clause_threads(k) -> tuple[str, str]:
+    """Clause (c): the same bits with 1 and 2 threads on 2^22 inputs spread over every pattern."""
+    if not hasattr(k, "set_num_threads"):
+        return "n/a", f"{k.backend} has no host thread count; its kernels are elementwise"
+    x = (np.arange(THREAD_N, dtype=np.uint64) * np.uint64(1021) % np.uint64(1 << 32)).astype(
+        np.uint32).view(np.float32)
+    h = (np.arange(THREAD_N, dtype=np.uint64) % np.uint64(1 << 16)).astype(np.uint16)
+
+    def run():
+        res = []
+        for name in ("to_bf16", "to_f16"):
+            out = np.empty(THREAD_N, np.uint16)
+            getattr(k, name)(x, out)
+            res.append(out)
+        for name in ("from_bf16", "from_f16"):
+            out = np.empty(THREAD_N, np.float32)
+            getattr(k, name)(h, out)
+            res.append(out.view(np.uint32))
+        return res
+
+    seen, why = with_1_and_2_threads(k, run)
+    if seen is None:
+        return "fail", why
+    same = all((a == b).all() for a, b in zip(*seen))
+    detail = f"the four casts of {THREAD_N} patterns each"
+    return ("pass", detail + ": same bits with 1 and 2 threads") if same else \
+        ("fail", detail + ": 1 and 2 threads differ")
+
+
+def _refusal_table(backend: str):
+    x = np.float32([1.0, 2.0, 3.0, 4.0])
+    h = x.astype(np.float16)
+    frozen = np.empty(4, np.float16)
+    frozen.setflags(write=False)
+    both = np.zeros(4, np.float32)
+
+    def cast(*args, **kw):
+        return lambda: api.cast(*args, backend=backend, **kw)
+
+    table = [
+        ("x", cast(x.astype(np.float64), "float16")),
+        ("x", cast(x.astype(np.int32), "float16")),
+        ("x", cast(np.float32([]), "bfloat16")),
+        ("x", cast(np.arange(8, dtype=np.float32)[::2], "bfloat16")),
+        ("dtype", cast(x, "float64")),
+        ("dtype", cast(x, np.int8)),
+        ("dtype", cast(x, "float32")),
+        ("dtype", cast(h, ml_dtypes.bfloat16)),
+        ("out", cast(x, "float16", out=np.empty(4, ml_dtypes.bfloat16))),
+        ("out", cast(x, "float16", out=np.empty(3, np.float16))),
+        ("out", cast(x, "float16", out=frozen)),
+        ("x and out", cast(both, "bfloat16", out=both.view(ml_dtypes.bfloat16)[:4])),
+        ("rounding", cast(x, "float16", rounding="stochastic")),
+    ]
+    return table, [x, h, both, frozen]
+
+
+def clause_refusals(k) -> tuple[str, str]:
+    """Clause (f): the refusals of mojolike.cast, by name, every caller buffer untouched."""
+    return refusal_clause(*_refusal_table(k.backend))
+
+
+# -- clause (e): negative controls --------------------------------------------------------------
+class _Control:
+    """A wrong cast with the kernels' interface; the harness must reject its card."""
+
+    backend = "negative-control"
+    numeric_mode = "identical"
+
+    def __init__(self, name: str, describe: str, bf16=None, f16=None, widen=None):
+        self.name, self.describe = name, describe
+        self._bf16 = bf16 or spec.to_bf16_bits
+        self._f16 = f16 or spec.to_f16_bits
+        self._widen = widen or spec.from_f16_bits
+
+    def to_bf16(self, x, out):
+        out[:] = [self._bf16(u) for u in x.view(np.uint32).tolist()]
+
+    def to_f16(self, x, out):
+        out[:] = [self._f16(u) for u in x.view(np.uint32).tolist()]
+
+    def from_bf16(self, h, out):
+        out.view(np.uint32)[:] = [spec.from_bf16_bits(v) for v in h.tolist()]
+
+    def from_f16(self, h, out):
+        out.view(np.uint32)[:] = [self._widen(v) for v in h.tolist()]
+
+
+def _truncate_f16(u: int) -> int:
+    """The float16 value nearest zero of the two around x: the rounded pattern, stepped one
+    pattern towards zero when its magnitude exceeds |x| (patterns are monotone in magnitude)."""
+    v = spec.to_f16_bits(u)
+    if (u & 0x7FFFFFFF) > 0x7F800000 or (u & 0x7FFFFFFF) == 0x7F800000:
+        return v
+    return v - 1 if spec.from_f16_bits(v) & 0x7FFFFFFF > u & 0x7FFFFFFF else v
+
+
+def _nan_signed_bf16(u: int) -> int:
+    return (u >> 16) & 0x8000 | 0x7FC0 if (u & 0x7FFFFFFF) > 0x7F800000 else spec.to_bf16_bits(u)
+
+
+def _flush_f16(u: int) -> int:
+    v = spec.to_f16_bits(u)
+    return v & 0x8000 if (v & 0x7C00) == 0 else v
+
+
+def _ties_away_bf16(u: int) -> int:
+    a = u & 0x7FFFFFFF
+    return spec.BF16_NAN if a > 0x7F800000 else (u & 0x80000000 | a + 0x8000) >> 16
+
+
+def _quieting_widen(h: int) -> int:
+    v = spec.from_f16_bits(h)
+    return v | 0x00400000 if (v & 0x7F800000) == 0x7F800000 and v & 0x7FFFFF else v
+
+
+def negative_controls() -> list[_Control]:
+    return [
+        _Control("truncate", "narrowing drops the low bits (round toward zero)",
+                 bf16=lambda u: spec.BF16_NAN if (u & 0x7FFFFFFF) > 0x7F800000 else u >> 16,
+                 f16=_truncate_f16),
+        _Control("ties-away", "bfloat16 ties rounded away from zero",
+                 bf16=_ties_away_bf16),
+        _Control("nan-sign", "a NaN keeps its sign (ml_dtypes' bfloat16 astype)",
+                 bf16=_nan_signed_bf16),
+        _Control("flush", "float16 subnormal results flushed to zero", f16=_flush_f16),
+        _Control("quiet-widen", "widening float16 quiets a signalling NaN", widen=_quieting_widen),
+    ]
