@@ -2,7 +2,13 @@
 card and one digest line (the run card's md5, the same on every backend).
 
     mojolike train [--steps N] [--backend B] [--out DIR] [--resume CKPT] [--stop-at K]
-                   [--checkpoint-every N]
+                   [--checkpoint-every N] [--model tiny|gpt] [--batch-size N]
+                   [--n-layer N --n-head N --n-embd N --block-size N]   (--model gpt)
+
+`--model gpt` trains `mojolike.models.GPT` (default n_layer 2, n_head 2, n_embd 32,
+block 32, batch 16: a tiny GPT on the shipped text's bytes, vocab 256) instead of the
+TinyLM; the GPT's options with the TinyLM, and any model option with --resume (the
+checkpoint's configuration decides), are refused by name.
 
 Writes DIR/checkpoint.npz (the run after its last step; `--resume` continues from
 it; with --checkpoint-every N also after every N-th step, each time whole or not at
@@ -43,14 +49,36 @@ def add_parser(sub) -> None:
                    help="stop after this many steps of the run (the checkpoint continues it)")
     t.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="also write the checkpoint after every N-th step")
+    t.add_argument("--model", default=None, help="'tiny' (the TinyLM, default) or 'gpt'")
+    t.add_argument("--batch-size", type=int, default=None, help="windows per step (default 16)")
+    for flag, what in (("--n-layer", "layers"), ("--n-head", "attention heads"),
+                       ("--n-embd", "embedding width"), ("--block-size", "window length")):
+        t.add_argument(flag, type=int, default=None, help=f"the GPT's {what} (--model gpt)")
     t.set_defaults(func=main)
+
+
+_MODEL_FLAGS = (("model", "--model"), ("batch_size", "--batch-size"), ("n_layer", "--n-layer"),
+                ("n_head", "--n-head"), ("n_embd", "--n-embd"), ("block_size", "--block-size"))
 
 
 def _trainer(args):
     from .trainer import TrainConfig, Trainer
+    given = {k: getattr(args, k) for k, _ in _MODEL_FLAGS if getattr(args, k, None) is not None}
     if args.resume is None:
-        steps = {} if args.steps is None else {"steps": args.steps}
-        return Trainer(TrainConfig(**steps), backend=args.backend)
+        if args.steps is not None:
+            given["steps"] = args.steps
+        try:
+            config = TrainConfig(**given)
+        except Refusal as r:  # named by the command line's flag
+            flag = dict(_MODEL_FLAGS).get(r.option)
+            if flag is None:
+                raise
+            raise Refusal(_E, flag, r.reason, value=r._value) from None
+        return Trainer(config, backend=args.backend)
+    for k, flag in _MODEL_FLAGS:
+        if k in given:
+            raise Refusal(_E, flag, "does not apply with --resume (the checkpoint's configuration "
+                                    "is the run's)")
     t = Trainer.load(args.resume, backend=args.backend)
     if args.steps is not None and args.steps != t.config.steps:
         raise Refusal("mojolike train", "--steps", f"is {args.steps} but the checkpoint's run has "
@@ -139,7 +167,7 @@ def main(args) -> int:
         return 2
     c = t.config
     split = "" if t.microbatch_invariant else " (not aligned: the records depend on the split)"
-    print(f"mojolike train: TinyLM d_model={c.d_model} vocab={c.vocab}, {c.tokens_per_step} tokens "
+    print(f"mojolike train: {t.train_model.describe()}, {c.tokens_per_step} tokens "
           f"per step in {c.microbatches} microbatch(es){split}, steps {t.step + 1}..{until} of "
           f"{c.steps} on {t.backend} ({t.numeric_mode})", file=sys.stderr)
     from tqdm import tqdm  # only the training command needs it (certify does not)

@@ -14,6 +14,13 @@ from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..oracles.fold import CHUNK
 
+MODELS = ("tiny", "gpt")
+# the options only one model takes (the other's configuration refuses them by name)
+MODEL_OPTIONS = {"tiny": ("d_model", "d_hidden", "chunk_size"),
+                 "gpt": ("n_layer", "n_head", "n_embd", "block_size")}
+GPT_DEFAULTS = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32, "dropout": 0.0,
+                "microbatches": 1}
+
 
 @dataclass(frozen=True, init=False)
 class TrainConfig:
@@ -38,6 +45,15 @@ class TrainConfig:
     overflowing float16 backward would), so that the scaler skips them and backs
     off: a certification hook.
 
+    `model` "gpt" trains `mojolike.models.GPT` instead (`n_layer`, `n_head`,
+    `n_embd`, `block_size`: defaults 2, 2, 32, 32; the windows are block_size
+    tokens, so `seq_len` is block_size; `vocab` is the GPT's vocab_size; `dropout`
+    defaults to 0.0 and `microbatches` to 1; weight decay on every parameter of
+    dimension >= 2, as nanoGPT's recipe: wte, wpe and the four Conv1D weights of
+    each layer). The options of the other model are refused by name (TinyLM's
+    d_model, d_hidden, chunk_size; the GPT's four). A "tiny" configuration's
+    `to_dict` and `key` are today's, without the GPT's fields.
+
     Every real is kept as the shortest decimal that reads back to the binary32
     value the run uses (skip_lossz: as a binary64 float, which the gate compares
     with), so spellings of the same values (lr=1, 1.0, numpy.float32(1),
@@ -49,6 +65,9 @@ class TrainConfig:
     >>> c = TrainConfig(steps=12, d_model=8)
     >>> c.d_hidden, c.tokens_per_step, TrainConfig.from_dict(c.to_dict()) == c
     (32, 2048, True)
+    >>> g = TrainConfig(model="gpt", steps=4)
+    >>> g.n_layer, g.n_embd, g.seq_len, g.dropout, g.microbatches, g.d_model
+    (2, 32, 32, 0.0, 1, None)
     """
 
     _ENTRY = "mojolike.train.TrainConfig"
@@ -75,11 +94,33 @@ class TrainConfig:
     skip_lossz: float | None = None
     dropout_seed: int = 1
     overflow_steps: tuple = ()
+    model: str = "tiny"
+    n_layer: int | None = None
+    n_head: int | None = None
+    n_embd: int | None = None
+    block_size: int | None = None
 
     # the keywords are the fields, known once the class is made
     @entry_point(takes=lambda: [f.name for f in dataclasses.fields(TrainConfig)])
     def __init__(self, *, entry, **options):
-        values = {f.name: options.get(f.name, f.default) for f in dataclasses.fields(self)}
+        model = options.get("model", "tiny")
+        if model not in MODELS:
+            refuse(entry, "model", f"must be one of {', '.join(map(repr, MODELS))}", value=model)
+        other = next(m for m in MODELS if m != model)
+        for name in MODEL_OPTIONS[other]:
+            if options.get(name) is not None:
+                refuse(entry, name, f"does not apply to model {model!r} (it is an option of "
+                                    f"model {other!r})",
+                       value=options[name])
+        defaults = GPT_DEFAULTS if model == "gpt" else {}
+        if model == "gpt" and options.get("seq_len") is not None and \
+                options.get("seq_len") != options.get("block_size", GPT_DEFAULTS["block_size"]):
+            refuse(entry, "seq_len", "is block_size for model 'gpt' (its windows are the "
+                                     "model's block)", value=options["seq_len"])
+        values = {f.name: options.get(f.name, defaults.get(f.name, f.default))
+                  for f in dataclasses.fields(self)}
+        if model == "gpt":
+            values.update({k: None for k in MODEL_OPTIONS["tiny"]})
         for name, value in _checked(entry, values).items():
             object.__setattr__(self, name, value)
 
@@ -89,8 +130,12 @@ class TrainConfig:
 
     @entry_point()
     def to_dict(self, **unknown) -> dict:
-        """The configuration as plain JSON values (tuples as lists; every real a float)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        """The configuration as plain JSON values (tuples as lists; every real a float); the
+        other model's options left out (a "tiny" configuration has no `model` key either, as
+        before the GPT: the same key, the same run card profile)."""
+        skip = MODEL_OPTIONS["gpt"] + ("model",) if self.model == "tiny" else MODEL_OPTIONS["tiny"]
+        return {k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(self).items() if k not in skip}
 
     @classmethod
     @entry_point()
@@ -121,17 +166,33 @@ def _checked(e: str, v: dict) -> dict:
     """Every option checked (refused by its name), in the form the run uses."""
     whole = lambda name, low=1, high=None: checks.integer(e, name, v[name], low=low, high=high)
     out = dict(v)
-    for name in ("steps", "d_model", "batch_size", "seq_len", "microbatches", "growth_interval",
-                 "outlier_window"):
+    if v["model"] == "gpt":
+        for name in MODEL_OPTIONS["gpt"]:
+            out[name] = whole(name)
+        if out["n_embd"] % out["n_head"]:
+            refuse(e, "n_head", f"does not divide n_embd={out['n_embd']} (each head has "
+                                f"n_embd // n_head features)", value=v["n_head"])
+        v = dict(v, seq_len=out["block_size"])
+        out["seq_len"] = out["block_size"]
+        return _common(e, v, out, whole)
+    for name in ("d_model",):
         out[name] = whole(name)
     if v["d_hidden"] is not None:
         out["d_hidden"] = whole("d_hidden")
     else:
         out["d_hidden"] = 4 * out["d_model"]
-    out["vocab"] = whole("vocab", 2, 256)
     out["chunk_size"] = whole("chunk_size", CHUNK)
     if out["chunk_size"] % CHUNK:
         refuse(e, "chunk_size", "must be a multiple of 1024", value=v["chunk_size"])
+    return _common(e, v, out, whole)
+
+
+def _common(e: str, v: dict, out: dict, whole) -> dict:
+    """The options both models take."""
+    for name in ("steps", "batch_size", "seq_len", "microbatches", "growth_interval",
+                 "outlier_window"):
+        out[name] = whole(name)
+    out["vocab"] = whole("vocab", 2, 256)
     for name in ("seed", "dropout_seed"):
         out[name] = whole(name, 0, 2**64 - 1)
     out["warmup_steps"] = min(10, out["steps"]) if v["warmup_steps"] is None else \

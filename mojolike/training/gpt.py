@@ -370,29 +370,62 @@ class _Eager:
         return np.ascontiguousarray(np.swapaxes(x, d0, d1))
 
 
-def _trunk(o, model: GPT, params, tok: np.ndarray, gen: Generator | None):
-    """The (B T, V) logits on `o` (a Tape, or _Eager); dropout where `gen` is given."""
+def input_rows(o, tok: np.ndarray, wte, wpe):
+    """The (B, T, C) input of the blocks: embedding(tok, wte) + embedding(0..T-1, wpe)."""
+    return o.add(o.embedding(tok, wte), o.embedding(np.arange(tok.shape[1], dtype=np.int64), wpe))
+
+
+def _trunk(o, model: GPT, params, tok: np.ndarray, gen: Generator | None, x=None, keys=None):
+    """The (B T, V) logits on `o` (a Tape, or _Eager); dropout where `gen` is given.
+
+    `x`: the blocks' input already computed (`input_rows`; the trainer passes it as a leaf
+    so that the embeddings' gradients are taken once over a whole step). `keys`: dropout
+    keyed explicitly (the trainer's `train_models.GPTKeys`: `residual(site)` gives the
+    (offset, stream) of residual site 2 layer + branch, `attention(layer, row)` the stream
+    of one batch row's attention probabilities, each row then its own attention call); None:
+    each dropout takes the generator's next stream."""
     B, T = tok.shape
     C, nh, eps = model.n_embd, model.n_head, model.layer_norm_epsilon
     hs = C // nh
     it = iter(params)
     wte, wpe = next(it), next(it)
+    sites = iter(range(2 * model.n_layer))
 
     def take(present=True):
         return next(it) if present else None
 
     def dropout(x):
-        return x if gen is None else o.dropout(x, gen, model.dropout)
+        if gen is None:
+            return x
+        if keys is None:
+            return o.dropout(x, gen, model.dropout)
+        offset, stream = keys.residual(next(sites))
+        return o.dropout(x, gen, model.dropout, offset=offset, stream=stream)
+
+    def attention(q, k, v, layer):
+        if gen is None:
+            return o.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if keys is None:
+            return o.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                  dropout_p=model.dropout, generator=gen)
+        rows = zip(o.split(q, 1, 0), o.split(k, 1, 0), o.split(v, 1, 0))
+        return o.cat([o.scaled_dot_product_attention(qb, kb, vb, is_causal=True,
+                                                     dropout_p=model.dropout, generator=gen,
+                                                     stream=keys.attention(layer, b))
+                      for b, (qb, kb, vb) in enumerate(rows)], 0)
 
     def proj(x, w, b):
-        y = o.matmul(x, w)
-        return y if b is None else o.add(y, b)
+        # on the (B T, in) rows: the weight's gradient is one fold over every token (as the
+        # tied head's), so microbatches of aligned token counts sum to the batch's bits
+        y = o.matmul(o.reshape(x, B * T, w.shape[0]), w)
+        y = y if b is None else o.add(y, b)
+        return o.reshape(y, B, T, w.shape[1])
 
     def heads(t):
         return o.transpose(o.reshape(t, B, T, nh, hs), 1, 2)
 
-    x = o.add(o.embedding(tok, wte), o.embedding(np.arange(T, dtype=np.int64), wpe))
-    for _ in range(model.n_layer):
+    x = input_rows(o, tok, wte, wpe) if x is None else x
+    for layer in range(model.n_layer):
         ln1w, ln1b = take(), take(model.bias)
         attn_w, attn_b = take(), take(model.bias)
         aproj_w, aproj_b = take(), take(model.bias)
@@ -401,11 +434,7 @@ def _trunk(o, model: GPT, params, tok: np.ndarray, gen: Generator | None):
         mproj_w, mproj_b = take(), take(model.bias)
         h = o.layer_norm(x, (C,), ln1w, ln1b, eps)
         q, k, v = o.split(proj(h, attn_w, attn_b), C, 2)
-        if gen is None:
-            y = o.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
-        else:
-            y = o.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True,
-                                               dropout_p=model.dropout, generator=gen)
+        y = attention(heads(q), heads(k), heads(v), layer)
         y = o.reshape(o.transpose(y, 1, 2), B, T, C)
         x = o.add(x, dropout(proj(y, aproj_w, aproj_b)))
         h = o.layer_norm(x, (C,), ln2w, ln2b, eps)

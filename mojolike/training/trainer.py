@@ -1,19 +1,23 @@
-"""The reference training run: TinyLM on the shipped text, certified end to end (`Trainer`).
+"""The reference training run: TinyLM (or, with model="gpt", `mojolike.models.GPT`) on the
+shipped text, certified end to end (`Trainer`). Everything model-specific (the parameters,
+the groups, the input rows, the loss on the tape, the embeddings' gradients) is the
+model's `train_models.TrainModel`; the step below is one code path for both.
 
 One step s (counted from 1) of a `TrainConfig`:
 
 1. The batch: the shipped text's windows at rows (s - 1) batch_size onwards
    (`mojolike.data`), bytes folded to byte mod vocab below 256, split into
    `microbatches` equal parts; the step's dropout stream is the generator's next.
-2. Each microbatch j of b rows runs the model's forward on a tape (TinyLM's
-   graph, with the embedding's rows as the tape's leaf) with the head's loss
+2. Each microbatch j of b rows runs the model's forward on a tape (the model's
+   graph, with its input rows, the embedding lookups, as the tape's leaf) with the head's loss
    'mean' over all N tokens of the step (num_items=N), dropout keyed by the
    element's position in the step (row offset j b), and the backward seeded with
    the loss scale. Its loss is the mean of its rows' losses over N.
 3. The step's loss is the pairwise sum of the microbatch losses; its gradients
    the pairwise sum (`accumulate_grads`) of the microbatch gradients, except the
-   embedding's: its row gradients are concatenated and `embedding_backward` runs
-   once over the whole step, so that its per-token folds see every position.
+   embeddings': the input rows' gradients are concatenated and `embedding_backward`
+   runs once over the whole step, so that its per-token folds see every position
+   (the GPT's tied wte: the summed head gradient plus that, one addition).
 4. The gate: the loss's z-score from `OutlierDetector`; above `skip_lossz` the
    step is not applied.
 5. `GradScaler.step(optimizer, grads, max_norm, update_gate)`: the gradients read
@@ -52,7 +56,6 @@ import numpy as np
 from ..core import cardformat, checks, registry
 from ..core.entry import entry_point
 from ..core.refusals import Refusal, refuse
-from ..ops.layers import embedding, embedding_backward
 from ..ops.rng import Generator
 from ..ops.schedule import WarmupCosineLR
 from ..optim.grads import accumulate_grads, accumulation_is_aligned
@@ -61,21 +64,19 @@ from ..optim.outlier import OutlierDetector
 from ..optim.scaler import GradScaler
 from ..oracles.fold import pairwise
 from . import checkpoint as ckpt
-from . import data, invariants
+from . import data, invariants, train_models
 from .config import TrainConfig
-from .models import TinyLM
 from .rollback import Rollback, signals_held
 from .tape import Tape
 
 __all__ = ["FORMAT", "StepRecord", "TrainConfig", "Trainer"]
 
 FORMAT = "mojolike.train.checkpoint.v1"
-# weight decay on the matrices; norms, biases and the embedding take none (the optimizer's order)
-DECAY = ("fc1.weight", "fc2.weight", "head.weight")
-NO_DECAY = ("embed.weight", "norm1.weight", "fc1.bias", "fc2.bias", "norm2.weight")
-ON_TAPE = ("norm1.weight", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "norm2.weight",
-           "head.weight")
-OVERFLOW_CELL = "fc2.weight"  # where overflow_steps write their inf (cell 0)
+# TinyLM's: weight decay on the matrices; norms, biases and the embedding take none (the
+# optimizer's order); each model's own lists are its train_models.TrainModel's
+DECAY, NO_DECAY = train_models.TINY_DECAY, train_models.TINY_NO_DECAY
+ON_TAPE = train_models.TINY_ON_TAPE
+OVERFLOW_CELL = "fc2.weight"  # where overflow_steps write their inf (cell 0; the GPT's: its own)
 RECORDS = ("loss", "norm", "lr", "scale", "skipped", "gated")
 
 
@@ -136,19 +137,20 @@ class Trainer:
             refuse(e, "config", f"must be a mojolike.train.TrainConfig, not {type(c).__name__}")
         k = registry.kernels(e, "layers", backend, numeric_mode)  # refuses a backend not here
         self.backend, self.numeric_mode = k.backend, k.numeric_mode
-        on = self._on = dict(backend=self.backend, numeric_mode=self.numeric_mode)
+        on = self._on = {"backend": self.backend, "numeric_mode": self.numeric_mode}
         self.config, self.stream = c, data.default_stream()
         if c.seq_len > len(self.stream) - 1:
             refuse(e, "seq_len", f"must be at most {len(self.stream) - 1} (one window of the text)",
                    value=c.seq_len)
-        invariants.check_memory(e, c, memory_budget)  # before the model is built
-        self.model = TinyLM(c.d_model, c.d_hidden, c.vocab, c.dropout, None, c.chunk_size, c.seed,
-                            **on)
+        train_models.for_config(c).check_memory(e, memory_budget)  # before the model is built
+        self.train_model = tm = train_models.for_config(c, on)
+        self.model = tm.model
         p = dict(self.model.named_parameters())
         self.schedule = WarmupCosineLR(c.lr, warmup_steps=c.warmup_steps, total_steps=c.steps,
                                        min_lr=c.min_lr, **on)
-        self.optimizer = AdamW([{"params": [p[k] for k in DECAY], "weight_decay": c.weight_decay},
-                                {"params": [p[k] for k in NO_DECAY], "weight_decay": 0.0}],
+        self.optimizer = AdamW([{"params": [p[k] for k in tm.decay],
+                                 "weight_decay": c.weight_decay},
+                                {"params": [p[k] for k in tm.no_decay], "weight_decay": 0.0}],
                                lr=c.lr, betas=c.betas, eps=c.eps, lr_schedule=self.schedule, **on)
         self.scaler = GradScaler(c.init_scale, growth_interval=c.growth_interval, **on)
         self.generator = Generator(c.dropout_seed, **on)
@@ -161,7 +163,7 @@ class Trainer:
                                                             c.microbatches)
         self._threads = getattr(k, "get_num_threads", None)
         self._tape = Tape(**on)
-        self._handles = [self._tape.param(p[k]) for k in ON_TAPE]
+        self._handles = [self._tape.param(p[k]) for k in tm.on_tape]
         self._mark = self._tape.mark()
         self._rollback = Rollback(self)
 
@@ -200,7 +202,7 @@ class Trainer:
         stream = self.generator.state_dict()["counter"]
         if stream >= 2**64:
             self.generator.next_stream()  # refuses an exhausted generator by its own name
-        loss, named, tok = self._gradients(stream)
+        loss, named, _ = self._gradients(stream)
         with signals_held():
             self._rollback.save()
             try:
@@ -233,11 +235,11 @@ class Trainer:
             split = {} if self.microbatch_invariant else {"aligned": False}
             summed = accumulate_grads(grads, [rows * c.seq_len] * c.microbatches, **split,
                                       **self._on)
-        named = dict(zip(ON_TAPE, summed))
-        named["embed.weight"] = embedding_backward(np.concatenate(d_rows), tok.reshape(-1),
-                                                   c.vocab, **self._on)
+        tm = self.train_model
+        named = dict(zip(tm.on_tape, summed))
+        tm.embedding_grads(named, grads, np.concatenate(d_rows), tok)
         if n in c.overflow_steps:
-            named[OVERFLOW_CELL].reshape(-1)[0] = np.float32(np.inf)
+            named[tm.overflow_cell].reshape(-1)[0] = np.float32(np.inf)
         return loss, named, tok
 
     def _commit(self, loss: float, named: dict, stream: int) -> StepRecord:
@@ -248,7 +250,8 @@ class Trainer:
         z = self.outlier.update(loss)
         gate = not (c.skip_lossz is not None and z > c.skip_lossz)
         t0 = self.optimizer.t
-        norm = self.scaler.step(self.optimizer, [named[k] for k in DECAY + NO_DECAY],
+        tm = self.train_model
+        norm = self.scaler.step(self.optimizer, [named[k] for k in tm.decay + tm.no_decay],
                                 max_norm=c.max_norm, update_gate=gate)
         applied = self.optimizer.t != t0
         # the scaler's own decision, which a closed gate does not hide, not a comparison of
@@ -263,19 +266,12 @@ class Trainer:
         return rec
 
     def _microbatch(self, tok, tgt, first_row, stream, count, scale):
-        """(loss, the gradients of ON_TAPE, the embedding rows' gradient) of one microbatch."""
-        c, tape, m = self.config, self._tape, self.model
-        n1, w1, b1, w2, b2, n2, head = self._handles
+        """(loss, the gradients of the model's on_tape names, the input rows' gradient) of one
+        microbatch: the model's input rows (its embedding lookups) are the tape's leaf."""
+        tape, tm = self._tape, self.train_model
         try:
-            x = tape.param(embedding(tok.reshape(-1), m.parameters()[0], **self._on))
-            h = tape.rms_norm(x, n1, m.eps)
-            y = tape.linear(tape.relu(tape.linear(h, w1, b1)), w2, b2)
-            if m.dropout > 0.0:
-                y = tape.dropout(y, self.generator, m.dropout,
-                                 offset=first_row * c.seq_len * c.d_model, stream=stream)
-            z = tape.rms_norm(tape.add(x, y), n2, m.eps)
-            loss = tape.chunked_lm_head_loss(z, head, tgt.reshape(-1), num_items=count,
-                                             chunk_size=c.chunk_size)
+            x = tape.param(tm.rows(tok))
+            loss = tm.loss(tape, self._handles, x, tgt, count, (self.generator, stream, first_row))
             grads = tape.backward(loss, seed=scale)
             return loss.item(), grads[:-1], grads[-1]
         finally:
@@ -360,9 +356,15 @@ class Trainer:
         if self.scaler._states:
             refuse(e, "scaler", "is between step() and update(); a checkpoint holds whole steps")
         opt = self.optimizer
+        steps = list(opt._steps)
+        if len(set(steps)) > 1 or len(steps) != len(self.model.parameters()):
+            refuse(e, "optimizer", f"must have taken every tensor's step the same number of "
+                                   f"times (t {opt.t}, steps {steps})")
+        # invariants checks TinyLM's count of tensors: the count is checked above for every model
+        steps = [steps[0]] * len(invariants.PARAMS)
         invariants.check_invariants(e, self.config, self.step, self._records_array(),
                                     [r.lossz for r in self.records],
-                                    {"t": opt.t, "steps": list(opt._steps)},
+                                    {"t": opt.t, "steps": steps},
                                     self.scaler.state_dict(), self.generator.state_dict(),
                                     self.outlier.state_dict(), contract=contract)
 
@@ -402,7 +404,8 @@ class Trainer:
             refuse(e, "lossz", "must be a list of floats (NaN while the window fills)")
         state = dict(meta["optimizer"])
         for name in ("exp_avg", "exp_avg_sq"):
-            state[name] = [arrays[f"optimizer.{name}.{i}"] for i in range(len(DECAY + NO_DECAY))]
+            state[name] = [arrays[f"optimizer.{name}.{i}"]
+                           for i in range(len(self.train_model.decay + self.train_model.no_decay))]
         want = self.schedule.config()
         if meta["schedule"] != {"config": want, "t": state.get("t")}:
             refuse(e, "schedule", f"must be the configuration's schedule {want} at the optimizer's "
@@ -431,8 +434,9 @@ def _expected(e: str, meta: dict, memory_budget) -> dict:
                               "text")
     c = TrainConfig.from_dict(meta["config"])
     step = checks.integer(e, "step", meta["step"], low=0, high=c.steps)
-    invariants.check_memory(e, c, memory_budget)
-    return invariants.member_shapes(c, step, DECAY + NO_DECAY)
+    tm = train_models.for_config(c)
+    tm.check_memory(e, memory_budget)
+    return tm.member_shapes(step)
 
 
 def _as_load_refusal(e: str, path, fn, *args):
