@@ -1,4 +1,7 @@
-"""`mojolike generate`: decode prompts with a GPT's KV cache from a safetensors file.
+"""`mojolike generate`: decode prompts with a GPT's KV cache from a safetensors file or a
+checkpoint of `mojolike train --model gpt`.
+
+    mojolike generate (--safetensors FILE | --checkpoint DIR/checkpoint.npz) --prompt TEXT ...
 
 Prompts are text, encoded as UTF-8 bytes (token id = byte value: the byte-level
 vocabulary of 256 that `mojolike.data` and `mojolike train` use), or comma-separated
@@ -22,8 +25,12 @@ _E = "mojolike generate"
 def add_parser(sub) -> None:
     g = sub.add_parser("generate", help="decode prompts with a GPT's KV cache (safetensors "
                                         "weights); print the tokens, log-probs and a digest")
-    g.add_argument("--safetensors", required=True,
-                   help="a GPT-2 model.safetensors in Hugging Face's layout (config.json beside it)")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--safetensors",
+                     help="a GPT-2 model.safetensors in Hugging Face's layout (config.json "
+                          "beside it)")
+    src.add_argument("--checkpoint",
+                     help="a checkpoint.npz of `mojolike train --model gpt` (its parameters)")
     g.add_argument("--prompt", action="append", required=True,
                    help="a prompt (repeat for several, decoded together)")
     g.add_argument("--ids", action="store_true",
@@ -54,11 +61,23 @@ def digest(tokens: list[list[int]], logprobs: list[list[float]]) -> str:
     return h.hexdigest()
 
 
+def _model(args):
+    """The GPT of --safetensors, or of --checkpoint (a `mojolike train --model gpt` run)."""
+    from .gpt import GPT
+    if args.safetensors is not None:
+        return GPT.from_safetensors(args.safetensors, backend=args.backend)
+    from .trainer import Trainer
+    t = Trainer.load(args.checkpoint, backend=args.backend)
+    if not isinstance(t.model, GPT):
+        raise Refusal(_E, "--checkpoint", f"is a checkpoint of model {t.config.model!r}; "
+                                          f"generate decodes a GPT (mojolike train --model gpt)")
+    return t.model
+
+
 def main(args) -> int:
     from .generate import generate
-    from .gpt import GPT
     try:
-        model = GPT.from_safetensors(args.safetensors, backend=args.backend)
+        model = _model(args)
         prompts = [_prompt(p, args.ids) for p in args.prompt]
         tokens, logprobs = generate(dict(model.named_parameters()), model.config, prompts,
                                     args.max_new_tokens, temperature=args.temperature,
