@@ -41,6 +41,7 @@ BF16_NAN = oracle.BF16_NAN
 F16_NAN = oracle.F16_NAN
 HALF = np.float32(0.5)
 HALF_BITS = 0x3F000000
+ABS_MASK = np.uint32(0x7FFFFFFF)
 TWO_112 = np.float32(2.0 ** 112)
 wide = np.int64  # an integer of the bit pattern, widened so that nothing wraps
 
@@ -100,7 +101,6 @@ IN = types.Array(float32, 1, "C", readonly=True)
 IN_BITS = types.Array(uint32, 1, "C", readonly=True)
 IN_HALF = types.Array(uint16, 1, "C", readonly=True)
 OUT_HALF = uint16[::1]
-OUT = float32[::1]
 OUT_BITS = uint32[::1]
 
 
@@ -114,22 +114,26 @@ def _to_bf16(xb, out):
 
 @njit(void(IN, IN_BITS, OUT_HALF), parallel=True, **_STRICT)
 def _to_f16(x, xb, out):
+    # per block: |x| into a float32 scratch (by its bits), the one add, then the integer
+    # cases; each pass a plain loop over the scratch, which LLVM packs
     n = x.size
     for c in prange((n + BLOCK - 1) // BLOCK):
         lo, hi = c * BLOCK, min(n, c * BLOCK + BLOCK)
         small = np.empty(hi - lo, np.float32)  # |x| + 0.5: the subnormal case's rounding
-        for i in range(lo, hi):
-            small[i - lo] = np.abs(x[i]) + HALF
         sb = small.view(np.uint32)
-        for i in range(lo, hi):
-            u = wide(xb[i])
+        for j in range(hi - lo):
+            sb[j] = xb[lo + j] & ABS_MASK
+        for j in range(hi - lo):
+            small[j] = small[j] + HALF
+        for j in range(hi - lo):
+            u = wide(xb[lo + j])
             a = u & 0x7FFFFFFF
             b = a - 0x38000000
             r = (b + 0xFFF + ((b >> 13) & 1)) >> 13
-            r = wide(sb[i - lo]) - HALF_BITS if a < 0x38800000 else r
+            r = wide(sb[j]) - HALF_BITS if a < 0x38800000 else r
             r = 0x7C00 if a >= 0x477FF000 else r
             r = r | ((u >> 16) & 0x8000)
-            out[i] = uint16(F16_NAN if a > 0x7F800000 else r)
+            out[lo + j] = uint16(F16_NAN if a > 0x7F800000 else r)
 
 
 @njit(void(IN_HALF, OUT_BITS), parallel=True, **_STRICT)
@@ -140,19 +144,21 @@ def _from_bf16(h, ob):
             ob[i] = uint32(wide(h[i]) << 16)
 
 
-@njit(void(IN_HALF, OUT, OUT_BITS), parallel=True, **_STRICT)
-def _from_f16(h, out, ob):
+@njit(void(IN_HALF, OUT_BITS), parallel=True, **_STRICT)
+def _from_f16(h, ob):
     n = h.size
     for c in prange((n + BLOCK - 1) // BLOCK):
         lo, hi = c * BLOCK, min(n, c * BLOCK + BLOCK)
-        for i in range(lo, hi):
-            ob[i] = uint32((wide(h[i]) & 0x7FFF) << 13)
-        for i in range(lo, hi):
-            out[i] = out[i] * TWO_112
-        for i in range(lo, hi):
-            v = wide(h[i])
+        t = np.empty(hi - lo, np.float32)  # the shifted pattern, then its value times 2^112
+        tb = t.view(np.uint32)
+        for j in range(hi - lo):
+            tb[j] = uint32((wide(h[lo + j]) & 0x7FFF) << 13)
+        for j in range(hi - lo):
+            t[j] = t[j] * TWO_112
+        for j in range(hi - lo):
+            v = wide(h[lo + j])
             special = 0x7F800000 if (v & 0x7C00) == 0x7C00 else 0
-            ob[i] = uint32(wide(ob[i]) | special | ((v & 0x8000) << 16))
+            ob[lo + j] = uint32(wide(tb[j]) | special | ((v & 0x8000) << 16))
 
 
 # the kernels tests/test_vectorized.py compiles for every target; the bfloat16 casts are
@@ -180,7 +186,7 @@ class NumbaMixed(NumbaBase):
 
     def from_f16(self, h, out) -> None:
         """Write the float16 patterns h widened into out (flat float32)."""
-        _from_f16(h, out, out.view(np.uint32))
+        _from_f16(h, out.view(np.uint32))
 
 
 def load(mode: str, backend: str = "cpu-numba") -> NumbaMixed:
