@@ -147,12 +147,19 @@ _COPIES = (
 )
 
 
+PASS_MARKER = "pass-through: a profiler marker (no tensor data)"
+_MARKERS = ("profiler._record_function_enter_new.default",
+            "profiler._record_function_exit._RecordFunction")
+
+
 def _build() -> dict[str, Op]:
     table = _routes()
     for name, check in _ELEMENTWISE.items():
         table[name] = Op(None, PASS_THROUGH, check)
     for short in _COPIES:
         table[f"aten.{short}"] = Op(None, PASS_COPY)
+    for name in _MARKERS:
+        table[name] = Op(None, PASS_MARKER, note="torch.optim.Optimizer.step's record_function")
     table["aten._to_copy.default"] = Op(None, PASS_COPY, _to_copy,
                                         note="to float32/int64/int32/bool on the CPU only")
     return dict(sorted(table.items()))
