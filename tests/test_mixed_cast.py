@@ -206,3 +206,20 @@ def test_other_entry_points_still_refuse_bfloat16_and_float16_by_name_with_the_o
         assert e.value.option == "x"
         assert f"has dtype {np.dtype(dtype).name}; only float32 buffers are covered (float16, " \
                "bfloat16 and float64 are not converted)" in str(e.value)
+
+
+def _cuda_kernels():
+    if not available("cuda-sim"):
+        return []
+    from mojolike.native.cuda import mixed as cuda_mixed
+    return [pytest.param(name, fn, sig, id=name) for name, (fn, sig) in cuda_mixed.KERNELS.items()]
+
+
+@pytest.mark.parametrize("name, fn, sig", _cuda_kernels())
+def test_the_cuda_casts_compile_to_integer_work_only_no_float_instruction_at_all(name, fn, sig):
+    # tests/test_ptx_lint.py asserts each kernel it lints has float instructions; these have
+    # none by design (integer bit operations), which is what this checks, with the same lint
+    from test_ptx_lint import compile_ptx, float_ops, lint
+    ptx = compile_ptx(fn, sig)
+    assert ".entry" in ptx and ("shl.b" in ptx or "shr" in ptx), f"{name}: is this the kernel's PTX?"
+    assert float_ops(ptx) == [] and lint(ptx) == [], name
