@@ -49,15 +49,6 @@ def _alpha(name: str, pos: int):
     return check
 
 
-def _rounding(name: str):
-    def check(args, kwargs):
-        mode = kwargs.get("rounding_mode")
-        if mode is not None:
-            refuse(ENTRY, f"{name}(rounding_mode={mode!r})",
-                   "is not certified (only true division, rounding_mode=None, is)")
-    return check
-
-
 _FLOAT_OUT = ("float32", "int64", "int32", "bool", None)
 
 
@@ -112,6 +103,8 @@ def _routes() -> dict[str, Op]:
         "aten.exp.default": Op(r.exp_fwd, "mojolike.math.expf (correctly rounded)"),
         "aten.tanh.default": Op(r.tanh_fwd, "mojolike.math.tanhf (correctly rounded)"),
         "aten.tanh_backward.default": Op(r.tanh_bwd, "grad * (1 - y*y), three roundings"),
+        "aten.sqrt.default": Op(r.sqrt_fwd, "the IEEE square root (numpy; correctly rounded)",
+                                note="torch's CPU sqrt is not correctly rounded"),
         "aten.rsqrt.default": Op(r.rsqrt_fwd, "1 / sqrt(x), two roundings"),
         "aten.pow.Tensor_Scalar": Op(r.pow_scalar, "x*x (exponent 2), x*x*x (3), rounded in "
                                                    "order", note="exponents 1, 2, 3 only"),
@@ -124,9 +117,9 @@ _ELEMENTWISE = {
     "aten.sub.Tensor": _alpha("aten.sub.Tensor", 2), "aten.sub_.Tensor": _alpha("aten.sub_.Tensor", 2),
     "aten.rsub.Scalar": _alpha("aten.rsub.Scalar", 2),
     "aten.mul.Tensor": None, "aten.mul_.Tensor": None, "aten.mul.Scalar": None,
-    "aten.div.Tensor": _rounding("aten.div.Tensor"), "aten.div_.Tensor": _rounding("aten.div_.Tensor"),
+    "aten.div.Tensor": None, "aten.div_.Tensor": None,
     "aten.div.Scalar": None,
-    "aten.neg.default": None, "aten.abs.default": None, "aten.sqrt.default": None,
+    "aten.neg.default": None, "aten.abs.default": None,
     "aten.relu.default": None, "aten.threshold_backward.default": None,
     "aten.maximum.default": None, "aten.minimum.default": None,
     "aten.where.self": None, "aten.masked_fill.Scalar": None, "aten.logical_not.default": None,
@@ -142,7 +135,7 @@ _COPIES = (
     "zeros.default", "zeros_like.default", "ones.default", "ones_like.default",
     "empty.memory_format", "empty_like.default", "empty_strided.default", "new_zeros.default",
     "new_ones.default", "new_empty.default", "new_empty_strided.default", "full.default",
-    "full_like.default", "fill_.Scalar", "zero_.default", "tril.default", "triu.default",
+    "full_like.default", "fill_.Scalar", "zero_.default", "tril.default", "triu.default", "_local_scalar_dense.default",
     "arange.default", "arange.start", "arange.start_step",
 )
 
