@@ -11,14 +11,18 @@ from functools import lru_cache
 import ml_dtypes
 import numpy as np
 
+from ..ops import layers, transformer
 from ..ops import mixed as api
+from ..oracles import f32
 from ..oracles import mixed as spec
+from ..oracles.fold import fold_tree
 from .casegen import SplitMix64
 from .harness import refusal_clause, with_1_and_2_threads
 
 NAME = "mixed"
 FAMILY = "mixed"
-PROFILE = "mojolike.identical.mixed.casts.v1"
+PROFILE = "mojolike.identical.mixed.v1"
+CAST = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 THREAD_N = 1 << 22
 
 SPECIALS = (0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF800000,
@@ -30,8 +34,9 @@ SPECIALS = (0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF8000
 @dataclass(frozen=True)
 class Case:
     id: str
-    kind: str  # "narrow" (x float32), "widen-bf16" or "widen-f16" (h: uint16 patterns)
+    kind: str  # "narrow" (x float32), "widen-bf16", "widen-f16" (h: uint16), "linear", "matmul"
     data: np.ndarray
+    operands: tuple = ()  # linear: (x, weight, bias); matmul: (a, b); all of one low type
 
 
 def _f32(patterns) -> np.ndarray:
@@ -87,7 +92,25 @@ def cases() -> tuple[Case, ...]:
             for m in (0, 1, 0x40, 0x7F)]
     out.append(Case("widen-f16", "widen-f16", np.array(f16, np.uint16)))
     out.append(Case("widen-bf16", "widen-bf16", np.array(bf16, np.uint16)))
+    for t in ("bfloat16", "float16"):
+        out.append(_contraction(f"linear-{t}", "linear", t, ((2, 1030), (3, 1030), (3,))))
+        out.append(_contraction(f"matmul-{t}", "matmul", t, ((2, 2, 40), (40, 3))))
     return tuple(out)
+
+
+def _low(key: str, shape, t: str) -> np.ndarray:
+    """Low-precision values with full significands over a few binades, both signs, from the
+    patterns' integers (rounded once by the oracle's cast)."""
+    r = SplitMix64(key)
+    n = int(np.prod(shape))
+    pats = [(r.next() & 1) << 31 | (124 + r.below(6)) << 23 | (r.next() & 0x7FFFFF) for _ in range(n)]
+    cast = spec.to_bf16_bits if t == "bfloat16" else spec.to_f16_bits
+    return np.array([cast(u) for u in pats], np.uint16).view(CAST[t]).reshape(shape)
+
+
+def _contraction(cid: str, op: str, t: str, shapes) -> Case:
+    operands = tuple(_low(f"mixed/{cid}/{i}", shape, t) for i, shape in enumerate(shapes))
+    return Case(cid, op, np.zeros(0, np.float32), operands)
 
 
 def _patterns16(a: np.ndarray) -> np.ndarray:
@@ -103,8 +126,18 @@ def _patterns32(out: np.ndarray) -> np.ndarray:
     return np.stack([b >> 16, b & 0xFFFF], axis=1).reshape(-1).astype(np.uint32).view(np.float32)
 
 
+def _public(k, op: str):
+    """The public op on k's backend; a negative control brings its own."""
+    if isinstance(k, _Control):
+        return getattr(k, op)
+    fn = layers.linear if op == "linear" else transformer.matmul
+    return lambda *args: fn(*args, backend=k.backend)
+
+
 def outputs(k, case: Case) -> list[tuple[str, np.ndarray]]:
     """The suite's outputs of one case on kernels `k`, in card order."""
+    if case.kind in ("linear", "matmul"):
+        return [(case.kind, np.asarray(_public(k, case.kind)(*case.operands), np.float32))]
     if case.kind == "narrow":
         res = []
         for name in ("to_bf16", "to_f16"):
@@ -119,7 +152,26 @@ def outputs(k, case: Case) -> list[tuple[str, np.ndarray]]:
 
 
 def extra_clauses(k) -> dict[str, tuple[str, str]]:
-    return {"c": clause_threads(k), "f": clause_refusals(k)}
+    return {"c": clause_threads(k), "f": clause_refusals(k), "g": clause_widened(k)}
+
+
+def clause_widened(k) -> tuple[str, str]:
+    """Clause (g): each low-precision linear / matmul equals, bit for bit (NaN one class), the
+    float32 op on the same backend applied to the exactly widened operands."""
+    bad, cells = [], 0
+    for case in cases():
+        if case.kind not in ("linear", "matmul"):
+            continue
+        low = np.asarray(_public(k, case.kind)(*case.operands), np.float32)
+        wide = np.asarray(_public(k, case.kind)(*(o.astype(np.float32) for o in case.operands)),
+                          np.float32)
+        cells += low.size
+        same = (low.view(np.uint32) == wide.view(np.uint32)) | (np.isnan(low) & np.isnan(wide))
+        if low.shape != wide.shape or not same.all():
+            bad.append(case.id)
+    if bad:
+        return "fail", f"low precision differs from the float32 op on widened inputs: {', '.join(bad)}"
+    return "pass", f"4 cases, {cells} cells equal the float32 op on the widened operands"
 
 
 def clause_threads(k) -> tuple[str, str]:
@@ -176,7 +228,15 @@ def _refusal_table(backend: str):
         ("x and out", cast(both, "bfloat16", out=both.view(ml_dtypes.bfloat16)[:4])),
         ("rounding", cast(x, "float16", rounding="stochastic")),
     ]
-    return table, [x, h, both, frozen]
+    xb, hw = x.reshape(2, 2).astype(ml_dtypes.bfloat16), h.reshape(2, 2)
+    on = {"backend": backend}
+    table += [
+        ("weight", lambda: layers.linear(xb, x.reshape(2, 2), **on)),
+        ("bias", lambda: layers.linear(xb, xb, h[:2], **on)),
+        ("b", lambda: transformer.matmul(xb, hw, **on)),
+        ("b", lambda: transformer.matmul(hw, x.reshape(2, 2), **on)),
+    ]
+    return table, [x, h, both, frozen, xb, hw]
 
 
 def clause_refusals(k) -> tuple[str, str]:
@@ -208,6 +268,40 @@ class _Control:
 
     def from_f16(self, h, out):
         out.view(np.uint32)[:] = [self._widen(v) for v in h.tolist()]
+
+    # the contractions, on the oracle: the fold of the products (`_product`), bias added after
+    def _product(self, a: float, b: float, t: str) -> float:
+        return f32.mul(a, b)
+
+    def _dot(self, a, b, t: str) -> float:
+        return fold_tree([self._product(u, v, t) for u, v in zip(a, b)])
+
+    def linear(self, x, w, b=None):
+        t = x.dtype.name
+        xs, ws = x.astype(np.float32).tolist(), w.astype(np.float32).tolist()
+        y = np.float32([[self._dot(xi, wj, t) for wj in ws] for xi in xs])
+        return y if b is None else np.float32([[f32.add(v, float(bj)) for v, bj in zip(row, b.astype(np.float32))]
+                                               for row in y.tolist()])
+
+    def matmul(self, a, b):
+        t = a.dtype.name
+        bt = b.astype(np.float32).T.tolist()
+        rows = a.astype(np.float32).reshape(-1, a.shape[-1]).tolist()
+        return np.float32([[self._dot(r, c, t) for c in bt] for r in rows]).reshape(
+            a.shape[:-1] + (b.shape[-1],))
+
+
+class _RoundedProducts(_Control):
+    """Each product rounded to the operands' low precision before it is added."""
+
+    def __init__(self):
+        super().__init__("low-products", "products rounded to the low precision before the add")
+
+    def _product(self, a: float, b: float, t: str) -> float:
+        u = f32.f32_to_bits(f32.mul(a, b))
+        if t == "bfloat16":
+            return f32.bits_to_f32(spec.from_bf16_bits(spec.to_bf16_bits(u)))
+        return f32.bits_to_f32(spec.from_f16_bits(spec.to_f16_bits(u)))
 
 
 def _truncate_f16(u: int) -> int:
@@ -249,4 +343,5 @@ def negative_controls() -> list[_Control]:
                  bf16=_nan_signed_bf16),
         _Control("flush", "float16 subnormal results flushed to zero", f16=_flush_f16),
         _Control("quiet-widen", "widening float16 quiets a signalling NaN", widen=_quieting_widen),
+        _RoundedProducts(),
     ]

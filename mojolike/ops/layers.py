@@ -21,6 +21,7 @@ import numpy as np
 from ..core import checks, registry
 from ..core.entry import entry_point
 from ..core.refusals import refuse
+from . import mixed
 
 FAMILY = "layers"
 EPS_DEFAULT = float(np.finfo(np.float32).eps)  # torch's F.rms_norm: eps=None means this
@@ -80,11 +81,19 @@ def linear(x, weight, bias=None, *, backend=None, numeric_mode=None, entry,
     the call (batch invariance, contracts/layers.md), unlike torch's and numpy's
     matmul, which block K by the batch shape.
 
+    Low precision (contracts/mixed.md): x, weight and bias all bfloat16 or all float16
+    give the float32 result of this op on the exactly widened inputs, bit for bit
+    (widened into a float32 scratch first: correct, not yet fast); mixed operand types
+    are refused by name.
+
     >>> import numpy as np, mojolike
     >>> mojolike.linear(np.float32([[1e8, 1, -1e8]]), np.float32([[1, 1, 1]]), backend="oracle")
     array([[1.]], dtype=float32)
     """
     e = entry
+    # bfloat16 / float16 operands (all one type): widened exactly, then the float32 op below
+    x, weight, bias = mixed.widened(e, (("x", x), ("weight", weight), ("bias", bias)),
+                                    backend, numeric_mode)
     a = _matrix(e, "x", x)
     w = _matrix(e, "weight", weight, ndim=2)
     if a.shape[-1] != w.shape[1]:

@@ -84,3 +84,51 @@ def cast(x, dtype, out=None, *, backend=None, numeric_mode=None, entry, **unknow
     k = kernels(entry, "mixed", backend, numeric_mode)
     getattr(k, method)(_bits(a), _bits(dst))
     return result
+
+
+# -- low-precision operands of the contractions (linear, matmul) ----------------------------------
+_LOW = {name: t for name, t in CAST_TYPES.items() if name != "float32"}
+
+
+def _low_type(obj) -> str | None:
+    if not isinstance(obj, np.ndarray):
+        return None
+    return next((name for name, t in _LOW.items() if obj.dtype == t), None)
+
+
+def widened(entry: str, operands, backend=None, numeric_mode=None) -> list:
+    """The operands [(name, buffer or None)] of a contraction, as the float32 op takes them.
+
+    When no operand is bfloat16 or float16 they come back as given (the float32 path and its
+    refusals are untouched). Otherwise every operand given must have that one low-precision
+    type (else the first that differs is refused by name), and each comes back widened
+    exactly to a new float32 array of its shape (a float32 scratch: the float32 kernel then
+    runs on it, so the result is the float32 op's on the widened inputs, by construction).
+    """
+    low = next((t for _, obj in operands if (t := _low_type(obj)) is not None), None)
+    if low is None:
+        return [obj for _, obj in operands]
+    first = next(name for name, obj in operands if _low_type(obj) == low)
+    out = []
+    for name, obj in operands:
+        if obj is None:
+            out.append(None)
+            continue
+        got = _low_type(obj) or getattr(getattr(obj, "dtype", None), "name", type(obj).__name__)
+        if got != low:
+            refuse(entry, name, f"has dtype {got} but {first} is {low}; a low-precision {entry} "
+                                f"needs every operand of one type (cast the others with "
+                                f"mojolike.cast)")
+        out.append(obj)
+    k = kernels(entry, "mixed", backend, numeric_mode)
+    method = "from_bf16" if low == "bfloat16" else "from_f16"
+    result = []
+    for (name, _), obj in zip(operands, out):
+        if obj is None:
+            result.append(None)
+            continue
+        a, _ = as_cast_buffer(entry, name, obj)
+        wide = empty(entry, name, shape_of(obj))
+        getattr(k, method)(_bits(a), wide.reshape(-1))
+        result.append(wide)
+    return result

@@ -31,7 +31,7 @@ from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..oracles import f32
 from ..oracles import transformer as spec
-from . import crmath
+from . import crmath, mixed
 from .crmath import expf, logf
 from .fold import fold
 
@@ -476,11 +476,17 @@ def matmul(a, b, *, backend=None, numeric_mode=None, entry, **unknown) -> np.nda
     Reproducibility: the oracle's bits on every backend and thread count; a batch entry
     and a row never depend on the others (the layers family's gemm per entry).
 
+    Low precision (contracts/mixed.md): a and b both bfloat16 or both float16 give the
+    float32 result of this op on the exactly widened inputs, bit for bit (widened into a
+    float32 scratch first: correct, not yet fast); mixed operand types are refused.
+
     >>> import numpy as np, mojolike
     >>> a = np.float32([[[1, 2]], [[3, 4]]]); b = np.float32([[1], [1]])
     >>> mojolike.matmul(a, b, backend="oracle").tolist()
     [[[3.0]], [[7.0]]]
     """
+    # bfloat16 / float16 operands (both one type): widened exactly, then the float32 op below
+    a, b = mixed.widened(entry, (("a", a), ("b", b)), backend, numeric_mode)
     x, y = _operands(entry, a, b)
     batch = _batch(entry, x, y)
     k = _kernels(entry, "layers", backend, numeric_mode)
