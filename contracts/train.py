@@ -1,14 +1,17 @@
 """The train suite: a certified training run of the reference model, resumed, split and threaded,
-the tape's fan-in order, negative controls and refusals (contracts/train.md).
+the tape's fan-in order, a tiny GPT's run and generation (contracts/train_gpt.py), negative
+controls and refusals (contracts/train.md).
 
 Case `tiny` is `TINY` trained for 12 steps (an overflow injected at step 5, the
 gate closing at step 7): every step's records, then the final parameters and
 states. Case `fanin` is one forward and backward on the tape where values have
 three consumers (the reference model's values have at most two, and two
 contributions give the same bits in either order, IEEE addition commuting).
+Cases `gpt` and `generate` (profile v2) are contracts/train_gpt.py's; the v1
+cases' records keep their bits.
 
 >>> [c.id for c in cases()], TINY.steps, TINY.overflow_steps, TINY.tokens_per_step
-(['tiny', 'fanin'], 12, (5,), 8)
+(['tiny', 'fanin', 'gpt', 'generate'], 12, (5,), 8)
 """
 from __future__ import annotations
 
@@ -30,12 +33,13 @@ from ..training import tape as _tape
 from ..training.checkpoint import write as write_checkpoint
 from ..training.models import TinyLM
 from ..training.trainer import TrainConfig, Trainer
+from . import train_gpt
 from .harness import refusal_clause, with_1_and_2_threads
 from .layers import known_fallback  # noqa: F401  (clause (a): the head's expf/logf)
 
 NAME = "train"
 FAMILY = "layers"  # the thread count lives with every family's kernels of a backend
-PROFILE = "mojolike.identical.train.fp32.v1"
+PROFILE = "mojolike.identical.train.fp32.v2"
 
 # 8 tokens per step in two microbatches of 4 rows: the simulator runs a block of Python
 # threads per row, about 2 s per step here; the oracle about 0.2 s
@@ -44,19 +48,21 @@ TINY = TrainConfig(steps=12, d_model=8, d_hidden=16, vocab=32, dropout=0.1, batc
                    growth_interval=3, outlier_window=4, skip_lossz=1.5, overflow_steps=(5,))
 RESUME_AT = 6
 # aligned microbatches hold whole 1024-token subtrees of the fold: 2 x 1024 rows at least
-ALIGNED_SMALL = dict(steps=1, d_model=2, d_hidden=2, vocab=8, batch_size=2, seq_len=1024,
-                     warmup_steps=1)
-ALIGNED = dict(steps=2, d_model=64, vocab=256, batch_size=16, seq_len=128, warmup_steps=1)
+ALIGNED_SMALL = {"steps": 1, "d_model": 2, "d_hidden": 2, "vocab": 8, "batch_size": 2,
+                 "seq_len": 1024, "warmup_steps": 1}
+ALIGNED = {"steps": 2, "d_model": 64, "vocab": 256, "batch_size": 16, "seq_len": 128,
+           "warmup_steps": 1}
 
 
 @dataclass(frozen=True)
 class Case:
     id: str
-    kind: str  # "run" or "fanin"
+    kind: str  # "run", "fanin", "gpt" or "generate"
 
 
 def cases() -> tuple[Case, ...]:
-    return (Case("tiny", "run"), Case("fanin", "fanin"))
+    return (Case("tiny", "run"), Case("fanin", "fanin"), Case("gpt", "gpt"),
+            Case("generate", "generate"))
 
 
 def outputs(k, case: Case) -> list[tuple[str, np.ndarray]]:
@@ -73,6 +79,10 @@ _kept: dict[str, tuple[str, bytes]] = {}  # backend -> (the tiny run's card, its
 def _case(case: Case, backend: str, keep: bool) -> list[tuple[str, np.ndarray]]:
     if case.kind == "fanin":
         return fanin(backend)
+    if case.kind == "gpt":
+        return train_gpt.gpt_run(backend, keep)
+    if case.kind == "generate":
+        return train_gpt.generate_case(backend)
     t = Trainer(TINY, backend=backend)
     t.run(until=RESUME_AT)
     with tempfile.TemporaryDirectory() as d, open(t.save(os.path.join(d, "ckpt.npz")), "rb") as f:
@@ -164,7 +174,9 @@ def _threads(k) -> tuple[bool, str]:
 
 
 def clause_invariance(k) -> tuple[str, str]:
-    results = [_resume(k.backend), _aligned(k.backend), _threads(k)]
+    results = [_resume(k.backend), _aligned(k.backend), _threads(k),
+               train_gpt.gpt_resume(k.backend), train_gpt.gpt_aligned(k.backend),
+               train_gpt.gpt_threads(k)]
     return ("pass" if all(ok for ok, _ in results) else "fail"), "; ".join(n for _, n in results)
 
 
@@ -233,7 +245,8 @@ def _files(folder: str) -> dict[str, bytes]:
 
 
 def extra_clauses(k) -> dict[str, tuple[str, str]]:
-    return {"c": clause_invariance(k), "f": clause_refusals(k)}
+    return {"c": clause_invariance(k), "f": clause_refusals(k),
+            "g": train_gpt.clause_generate(k.backend)}
 
 
 # -- clause (e): negative controls ----------------------------------------------------------------
@@ -249,14 +262,23 @@ class _Control:
     @contextlib.contextmanager
     def patched(self):
         with contextlib.ExitStack() as stack:
-            for owner, attr, value in self._patches:
+            for patch in self._patches:
+                if isinstance(patch, train_gpt.KernelOverride):
+                    stack.enter_context(patch.applied())
+                    continue
+                owner, attr, value = patch
                 saved = getattr(owner, attr)
                 setattr(owner, attr, value)
                 stack.callback(setattr, owner, attr, saved)
             yield
 
 
+_CONTRIBUTE = _tape.Tape._contribute
+
+
 def _contribute_all(self, slots, v, g, owned):
+    if isinstance(g, dict):  # a part of a split (the GPT's q, k, v): the tape's own joining
+        return _CONTRIBUTE(self, slots, v, g, owned)
     slots.setdefault(v._index, []).append(g)
 
 
@@ -265,6 +287,8 @@ def _oldest_first(self, slots, v):
     parts = slots.pop(v._index, None)
     if parts is None:
         return None
+    if isinstance(parts[0], dict):  # a split's joined parts, as the tape keeps them
+        return parts
     acc = parts[-1].copy()
     for g in reversed(parts[:-1]):
         np.add(acc, g, out=acc)
@@ -308,5 +332,7 @@ def negative_controls() -> list[_Control]:
         _Control("clip-after-decay", "weight decay added to the gradients before the clip scales "
                  "them", [(train_mod, "GradScaler", _DecayThenClipScaler)]),
         _Control("dropout-by-microbatch", "dropout keyed by the position within the microbatch "
-                 "(every microbatch from row 0)", [(train_mod, "microbatch_rows", lambda j, rows: 0)]),
+                 "(every microbatch from row 0; the GPT's too)",
+                 [(train_mod, "microbatch_rows", lambda j, rows: 0)]),
+        *train_gpt.controls(_Control),
     ]

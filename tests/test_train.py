@@ -233,10 +233,12 @@ def test_a_finished_run_refuses_more_steps_and_run_refuses_going_back():
     assert e.value.option == "until" and t.step == 1
 
 
-def test_the_train_suite_has_its_cases_clauses_and_four_controls():
-    assert [c.id for c in suite.cases()] == ["tiny", "fanin"]
+def test_the_train_suite_has_its_cases_clauses_and_seven_controls():
+    assert [c.id for c in suite.cases()] == ["tiny", "fanin", "gpt", "generate"]
     assert [c.name for c in suite.negative_controls()] == [
-        "fanin-oldest-first", "skip-as-zero", "clip-after-decay", "dropout-by-microbatch"]
+        "fanin-oldest-first", "skip-as-zero", "clip-after-decay", "dropout-by-microbatch",
+        "tied-embedding-first", "dq-completion-order", "decoder-keys-rotated"]
+    assert suite.PROFILE == "mojolike.identical.train.fp32.v2"
     assert suite.TINY.overflow_steps == (5,) and suite.RESUME_AT == 6 and suite.TINY.steps == 12
 
 

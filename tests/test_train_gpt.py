@@ -180,3 +180,26 @@ def test_the_cli_refuses_model_options_with_resume(tmp_path, capsys):
     assert cli.main(["train", "--resume", str(tmp_path / "checkpoint.npz"), "--n-layer", "2",
                      "--out", str(tmp_path)]) == 2
     assert "mojolike train: --n-layer does not apply with --resume" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, case", [("tied-embedding-first", "gpt"),
+                                        ("dq-completion-order", "gpt"),
+                                        ("dropout-by-microbatch", "gpt"),
+                                        ("decoder-keys-rotated", "generate")])
+def test_each_gpt_negative_control_changes_its_case_on_the_oracle(name, case):
+    from mojolike.contracts import train as suite
+    (c,) = [c for c in suite.cases() if c.id == case]
+    (ctl,) = [k for k in suite.negative_controls() if k.name == name]
+    want = [(n, a.tobytes()) for n, a in suite._case(c, "oracle", keep=False)]
+    with ctl.patched():
+        got = [(n, a.tobytes()) for n, a in suite._case(c, "oracle", keep=False)]
+    assert differing(want, got)
+    again = [(n, a.tobytes()) for n, a in suite._case(c, "oracle", keep=False)]
+    assert again == want  # the patch is undone
+
+
+def test_the_suites_generate_case_has_parity_and_batch_invariance_on_the_cpu_backends():
+    from mojolike.contracts import train_gpt
+    for backend in CPU_BACKENDS:
+        status, detail = train_gpt.clause_generate(backend)
+        assert status == "pass", detail
