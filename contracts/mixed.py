@@ -231,10 +231,10 @@ def _refusal_table(backend: str):
     xb, hw = x.reshape(2, 2).astype(ml_dtypes.bfloat16), h.reshape(2, 2)
     on = {"backend": backend}
     table += [
-        ("weight", lambda: layers.linear(xb, x.reshape(2, 2), **on)),
+        ("x", lambda: layers.linear(xb, x.reshape(2, 2), **on)),
         ("bias", lambda: layers.linear(xb, xb, h[:2], **on)),
         ("b", lambda: transformer.matmul(xb, hw, **on)),
-        ("b", lambda: transformer.matmul(hw, x.reshape(2, 2), **on)),
+        ("a", lambda: transformer.matmul(hw, x.reshape(2, 2), **on)),
     ]
     return table, [x, h, both, frozen, xb, hw]
 

@@ -61,13 +61,13 @@ def test_the_low_precision_result_is_the_oracle_and_not_a_low_precision_sum():
 
 
 @pytest.mark.parametrize("option, call", [
-    ("weight", lambda: mojolike.linear(np.ones((1, 2), ml_dtypes.bfloat16), np.ones((1, 2), np.float32))),
-    # the type is the first low-precision operand's; the first operand of another type is named
-    ("x", lambda: mojolike.linear(np.ones((1, 2), np.float32), np.ones((1, 2), np.float16))),
+    # beside float32 (or float64) the low-precision operand is named, as the float32 op names it
+    ("x", lambda: mojolike.linear(np.ones((1, 2), ml_dtypes.bfloat16), np.ones((1, 2), np.float32))),
+    ("weight", lambda: mojolike.linear(np.ones((1, 2), np.float32), np.ones((1, 2), np.float16))),
     ("bias", lambda: mojolike.linear(np.ones((1, 2), np.float16), np.ones((1, 2), np.float16),
                                      np.ones(1, ml_dtypes.bfloat16))),
     ("b", lambda: mojolike.matmul(np.ones((1, 2), ml_dtypes.bfloat16), np.ones((2, 1), np.float16))),
-    ("a", lambda: mojolike.matmul(np.ones((1, 2), np.float64), np.ones((2, 1), np.float16))),
+    ("b", lambda: mojolike.matmul(np.ones((1, 2), np.float64), np.ones((2, 1), np.float16))),
 ])
 def test_mixed_operand_types_are_refused_by_name(option, call):
     with pytest.raises(mojolike.Refusal) as e:

@@ -100,8 +100,10 @@ def widened(entry: str, operands, backend=None, numeric_mode=None) -> list:
     """The operands [(name, buffer or None)] of a contraction, as the float32 op takes them.
 
     When no operand is bfloat16 or float16 they come back as given (the float32 path and its
-    refusals are untouched). Otherwise every operand given must have that one low-precision
-    type (else the first that differs is refused by name), and each comes back widened
+    refusals are untouched). Otherwise every operand given must have one low-precision type:
+    beside an operand of another type (float32) the first low-precision operand is refused
+    by name, as the float32 op refuses it; beside the other low type, the first operand of
+    that type is. Each then comes back widened
     exactly to a new float32 array of its shape (a float32 scratch: the float32 kernel then
     runs on it, so the result is the float32 op's on the widened inputs, by construction).
     """
@@ -109,17 +111,19 @@ def widened(entry: str, operands, backend=None, numeric_mode=None) -> list:
     if low is None:
         return [obj for _, obj in operands]
     first = next(name for name, obj in operands if _low_type(obj) == low)
-    out = []
-    for name, obj in operands:
-        if obj is None:
-            out.append(None)
-            continue
-        got = _low_type(obj) or getattr(getattr(obj, "dtype", None), "name", type(obj).__name__)
-        if got != low:
-            refuse(entry, name, f"has dtype {got} but {first} is {low}; a low-precision {entry} "
-                                f"needs every operand of one type (cast the others with "
-                                f"mojolike.cast)")
-        out.append(obj)
+    given = [(name, obj) for name, obj in operands if obj is not None]
+    other = next(((name, obj) for name, obj in given if _low_type(obj) is None), None)
+    if other is not None:  # float32 (or another type) beside a low-precision operand
+        got = getattr(getattr(other[1], "dtype", None), "name", type(other[1]).__name__)
+        refuse(entry, first, f"has dtype {low} but {other[0]} has dtype {got}; a low-precision "
+                             f"{entry} needs every operand of one type, bfloat16 or float16 "
+                             f"(cast the others with mojolike.cast)")
+    second = next(((name, _low_type(obj)) for name, obj in given if _low_type(obj) != low), None)
+    if second is not None:  # bfloat16 beside float16
+        refuse(entry, second[0], f"has dtype {second[1]} but {first} is {low}; a low-precision "
+                                 f"{entry} needs every operand of one type (cast the others with "
+                                 f"mojolike.cast)")
+    out = [obj for _, obj in operands]
     k = kernels(entry, "mixed", backend, numeric_mode)
     method = "from_bf16" if low == "bfloat16" else "from_f16"
     result = []
