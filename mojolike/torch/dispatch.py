@@ -78,6 +78,7 @@ _WHY_DTYPE = {
     torch.float64: "float64 is not covered (the contracts are binary32); use float32 tensors",
 }
 _CPU = torch.device("cpu")
+_BY_FUNC: dict = {}  # OpOverload -> (its name, its Op or None): str(func) once per op
 
 
 def _refuse_tensor(name: str, t: torch.Tensor) -> None:
@@ -127,8 +128,11 @@ class CertifiedMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = str(func)
-        op = TABLE.get(name)
+        got = _BY_FUNC.get(func)
+        if got is None:
+            name = str(func)
+            got = _BY_FUNC[func] = (name, TABLE.get(name))
+        name, op = got
         if op is None:
             refuse(ENTRY, name, "is not certified (no mojolike kernel or exact pass-through "
                                 "covers it; see docs/torch_certified.md for the ops that are, "
