@@ -393,3 +393,26 @@ def test_one_and_two_numba_threads_give_the_same_bits():
     finally:
         numba.set_num_threads(before)
     assert_same_bits(*out)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_identical_steps_inf_nan_check_finds_one_bad_cell_at_every_position(backend):
+    # the check (the plain identical step's first pass) runs four vector accumulators, then
+    # single vectors, then a scalar tail, per task and per tensor: a bad cell must be seen
+    # wherever it lies (every offset mod 64, tails, the second tensor, a task boundary)
+    from mojolike.core import registry
+    from mojolike.core.pieces import Pieces
+    k = registry.kernels("test", "optim", backend, None)
+    sizes = [70000, 203]
+    arrays = [np.ones(s, np.float32) for s in sizes]
+    offsets = np.array([0, sizes[0], sum(sizes)], np.int64)
+    x = Pieces(arrays, offsets)
+    assert k.all_finite(x)
+    spots = [(0, i) for i in (*range(128), 16383, 16384, 16385, 69935, 69999)] + \
+        [(1, i) for i in (0, 63, 64, 191, 192, 202)]
+    for t, i in spots:
+        for bad in (np.inf, -np.inf, np.nan):
+            arrays[t][i] = bad
+            assert not k.all_finite(x), (t, i, bad)
+            arrays[t][i] = 1.0
+    assert k.all_finite(x)

@@ -27,10 +27,14 @@ from ..core.entry import torch_option
 from ..core.refusals import refuse
 
 _HALF = (torch.float16, torch.bfloat16)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def tensor_view(entry: str, name: str, t, *, what: str = "parameter") -> np.ndarray:
     """The numpy view of a CPU contiguous float32 tensor (its own memory), or a refusal."""
+    if type(t) in _PLAIN and t.dtype is torch.float32 and t.layout is torch.strided and \
+            t.device.type == "cpu" and t.is_contiguous() and not t.is_neg():
+        return t.detach().numpy()  # the common case, checked at once (each step, each tensor)
     if not isinstance(t, torch.Tensor):
         refuse(entry, name, f"is a {type(t).__name__}; a torch.Tensor {what} is expected")
     if t.device.type != "cpu":
@@ -61,6 +65,31 @@ def grad_view(entry: str, name: str, g, p: torch.Tensor) -> np.ndarray:
         refuse(entry, name, f"has shape {tuple(g.shape)} but its parameter has shape "
                             f"{tuple(p.shape)}")
     return v
+
+
+def bound_grads(entry: str, params: list, bound: list) -> list:
+    """Each parameter's .grad as a view (None where it has none), after checking that each
+    parameter still lies where it was registered (bound: (data_ptr, shape) per parameter):
+    a parameter rebound (p.data = ...) or resized is refused, never stepped in its old
+    memory. The common case (a plain CPU contiguous float32 gradient) is checked inline."""
+    out = []
+    f32, strided = torch.float32, torch.strided
+    for i, (p, (ptr, shape)) in enumerate(zip(params, bound)):
+        if p.data_ptr() != ptr or p.shape != shape:
+            refuse(entry, f"params[{i}]", "was rebound or resized (p.data = ...) after the "
+                                          "optimizer registered it, which would leave the kernels "
+                                          "stepping the old memory; make a new optimizer "
+                                          "(load_state_dict carries the state over)")
+        g = p.grad
+        if g is None:
+            out.append(None)
+        elif type(g) is torch.Tensor and g.dtype is f32 and g.layout is strided and \
+                g.device.type == "cpu" and g.shape == shape and g.is_contiguous() and \
+                not g.is_neg():
+            out.append(g.detach().numpy())
+        else:
+            out.append(grad_view(entry, f"params[{i}].grad", g, p))
+    return out
 
 
 def host_float(entry: str, name: str, v) -> None:

@@ -43,6 +43,7 @@ tensor([0.9000, 1.1000])
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..core.refusals import Refusal, refuse
@@ -76,7 +77,7 @@ class _TorchOptimizer(torch.optim.Optimizer):
         views = []
         for i, p in enumerate(self._params):
             views.append(checks.tensor_view(e, f"params[{i}]", p))
-        self._bound = [(p.data_ptr(), tuple(p.shape)) for p in self._params]
+        self._bound = [(p.data_ptr(), p.shape) for p in self._params]
         groups, k0 = [], 0
         for k, g in enumerate(self.param_groups):
             n = len(g["params"])
@@ -89,7 +90,10 @@ class _TorchOptimizer(torch.optim.Optimizer):
             raise r.at(e) from None
         self.backend, self.numeric_mode = self._inner.backend, self._inner.numeric_mode
         self._views = {}  # parameter index -> its state tensors (views of the inner buffers)
-        self._step_values = {}
+        # every parameter's step count as float32, and 0-d tensor views of its elements
+        self._step_array = np.zeros(len(self._params), np.float32)
+        whole = torch.from_numpy(self._step_array)
+        self._step_tensors = [whole[i] for i in range(len(self._params))]
 
     # -- groups -----------------------------------------------------------------------------
     def add_param_group(self, param_group: dict) -> None:
@@ -142,15 +146,7 @@ class _TorchOptimizer(torch.optim.Optimizer):
                                                                                self._params)):
             refuse(e, "param_groups", "changed which tensors it holds; a group's options may "
                                       "change between steps, its params may not")
-        grads = []
-        for i, (p, bound) in enumerate(zip(params, self._bound)):
-            if p.data_ptr() != bound[0] or tuple(p.shape) != bound[1]:
-                refuse(e, f"params[{i}]", "was rebound or resized (p.data = ...) after the "
-                                          "optimizer registered it, which would leave the kernels "
-                                          "stepping the old memory; make a new optimizer "
-                                          "(load_state_dict carries the state over)")
-            g = p.grad
-            grads.append(None if g is None else checks.grad_view(e, f"params[{i}].grad", g, p))
+        grads = checks.bound_grads(e, params, self._bound)
         if all(g is None for g in grads):
             return None
         for k, (g, ig) in enumerate(zip(self.param_groups, self._inner.param_groups)):
@@ -161,10 +157,11 @@ class _TorchOptimizer(torch.optim.Optimizer):
     def _finish(self, grads) -> None:
         """After a step: the state tensors of the parameters stepped, and their autograd
         version counters bumped (torch's in-place updates bump them too)."""
-        self._expose(i for i, g in enumerate(grads) if g is not None)
-        for p, g in zip(self._params, grads):
-            if g is not None:
-                torch.autograd.graph.increment_version(p)
+        stepped = [i for i, g in enumerate(grads) if g is not None]
+        if "step" in self._STATE:  # one numpy write for every parameter's step tensor
+            self._step_array[:] = self._inner._steps
+        self._expose(i for i in stepped if i not in self._views)
+        torch.autograd.graph.increment_version([self._params[i] for i in stepped])
 
     # -- state ------------------------------------------------------------------------------
     def _buffers(self) -> dict:
@@ -175,23 +172,21 @@ class _TorchOptimizer(torch.optim.Optimizer):
         return self._inner._steps[i] > 0
 
     def _expose(self, indices) -> None:
-        """self.state[p] for the parameters stepped: views of the inner buffers (made once)
-        and the float32 step count."""
-        reg = self._inner._reg
-        off = reg.offsets
+        """self.state[p] for the parameters given that have state: views of the inner
+        buffers, and `step`, a float32 0-d view of one array that each step rewrites whole
+        (torch keeps `step` as a float32 0-d tensor); made once per parameter."""
+        off = self._inner._reg.offsets
         for i in indices:
             if not self._has_state(i):
                 continue
             p = self._params[i]
-            st = self._views.get(i)
-            if st is None:
-                lo, hi = int(off[i]), int(off[i + 1])
-                st = {name: torch.from_numpy(buf[lo:hi]).view(p.shape)
-                      for name, buf in self._buffers().items()}
-                self._views[i] = st
+            lo, hi = int(off[i]), int(off[i + 1])
+            st = {name: torch.from_numpy(buf[lo:hi]).view(p.shape)
+                  for name, buf in self._buffers().items()}
             if "step" in self._STATE:
-                st["step"] = torch.tensor(float(self._inner._steps[i]), dtype=torch.float32)
-            self.state[p] = dict(st) if "step" not in self._STATE else st
+                st = {"step": self._step_tensors[i], **st}
+            self._views[i] = st
+            self.state[p] = st
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's load (its checks, the groups' options) after checking every state tensor's
@@ -249,6 +244,8 @@ class _TorchOptimizer(torch.optim.Optimizer):
         super().load_state_dict(state_dict)  # torch's groups (and its own state, replaced below)
         self._load(staged)
         self.state.clear()
+        self._views.clear()
+        self._step_array[:] = getattr(self._inner, "_steps", 0)
         self._expose(range(len(self._params)))
 
     def _load(self, staged: dict) -> None:

@@ -152,8 +152,9 @@ void mj_scale_table(const int64_t *G, const int64_t *offsets, int64_t nseg, floa
 }
 
 /* x - x is +0 for finite x and NaN for inf and NaN, and a NaN stays NaN through every later
-   add: 16 lane sums per task (elementwise, so the compiler vectorizes them) say whether the
-   task saw a non-finite value. */
+   add: 64 lane sums per task (elementwise, so the compiler vectorizes them; four independent
+   vector chains, so the adds do not wait on one another's latency) say whether the task saw
+   a non-finite value. */
 int mj_all_finite_table(const int64_t *X, const int64_t *offsets, int64_t nseg) {
     int bad = 0;
     int64_t n = offsets[nseg];
@@ -161,12 +162,17 @@ int mj_all_finite_table(const int64_t *X, const int64_t *offsets, int64_t nseg) 
     /* an integer OR: its order cannot matter */
     #pragma omp parallel for schedule(static) reduction(|:bad) if(n >= MJ_PARALLEL_MIN)
     for (int64_t task = 0; task < ntasks; task++) {
-        float acc[16] = {0.0f};
+        float acc[64] = {0.0f};
         int64_t lo = task * MJ_TASK, hi = lo + MJ_TASK < n ? lo + MJ_TASK : n;
         for (int64_t t = mj_tensor_of(offsets, nseg, lo); lo < hi; t++) {
             int64_t end = offsets[t + 1] < hi ? offsets[t + 1] : hi;
             const float *x = MJ_AT(X, t);
             int64_t i = lo - offsets[t], stop = end - offsets[t];
+            for (; i + 64 <= stop; i += 64)
+                for (int j = 0; j < 64; j++) {
+                    float d = x[i + j] - x[i + j];
+                    acc[j] = acc[j] + d;
+                }
             for (; i + 16 <= stop; i += 16)
                 for (int j = 0; j < 16; j++) {
                     float d = x[i + j] - x[i + j];
@@ -178,7 +184,7 @@ int mj_all_finite_table(const int64_t *X, const int64_t *offsets, int64_t nseg) 
             }
             lo = end;
         }
-        for (int j = 0; j < 16; j++) bad |= acc[j] != acc[j];
+        for (int j = 0; j < 64; j++) bad |= acc[j] != acc[j];
     }
     return !bad;
 }
