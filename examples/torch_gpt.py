@@ -13,6 +13,12 @@ threads (and on the oracle, for --tiny):
 
     python examples/torch_gpt.py --backend cpu-numba --threads 1
     python examples/torch_gpt.py --backend oracle --tiny --steps 2
+    python examples/torch_gpt.py --backend cpu-numba --compare
+
+--compare first prints whether the logits under certified() are the bits of mojolike's own
+GPT (mojolike.models.GPT, Hugging Face GPT-2 layout) loaded with the same weights: they are
+(the same ops in the same order: matmul then the bias add, layer_norm, attention, GELU tanh,
+the tied head as a matmul with wte transposed).
 """
 from __future__ import annotations
 
@@ -74,6 +80,12 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(n_embd, n_head) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(n_embd)
         self.head = nn.Linear(n_embd, vocab, bias=False)
+        self.head.weight = self.wte.weight  # tied, as nanoGPT and GPT-2
+        for mod in self.modules():  # nanoGPT's init (plain torch, before any certified() step)
+            if isinstance(mod, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(mod.weight, mean=0.0, std=0.02)
+            if isinstance(mod, nn.Linear) and mod.bias is not None:
+                nn.init.zeros_(mod.bias)
 
     def forward(self, ids, targets):
         t = ids.shape[1]
@@ -116,6 +128,44 @@ def train(cfg: dict, steps: int, backend: str | None, numeric_mode: str | None =
     return model, loss.item()
 
 
+def mojolike_twin(model: GPT, cfg: dict, backend: str | None):
+    """mojolike's own GPT (mojolike.models.GPT, Hugging Face GPT-2 layout) with `model`'s
+    weights: nn.Linear's (out, in) weights transposed into Conv1D's (in, out), exactly."""
+    import numpy as np
+
+    import mojolike.models
+    twin = mojolike.models.GPT(vocab_size=cfg["vocab"], block_size=cfg["block_size"],
+                               n_layer=cfg["n_layer"], n_head=cfg["n_head"], n_embd=cfg["n_embd"],
+                               backend=backend)
+    ours = {"transformer.wte.weight": model.wte.weight, "transformer.wpe.weight": model.wpe.weight,
+            "transformer.ln_f.weight": model.ln_f.weight, "transformer.ln_f.bias": model.ln_f.bias}
+    for i, blk in enumerate(model.blocks):
+        for theirs, mine in (("ln_1", blk.ln_1), ("ln_2", blk.ln_2), ("attn.c_attn", blk.attn),
+                             ("attn.c_proj", blk.proj), ("mlp.c_fc", blk.fc),
+                             ("mlp.c_proj", blk.fc_proj)):
+            t = mine.weight.detach()
+            ours[f"transformer.h.{i}.{theirs}.weight"] = t.t() if t.ndim == 2 else t
+            ours[f"transformer.h.{i}.{theirs}.bias"] = mine.bias
+    for name, arr in twin.named_parameters():
+        np.copyto(arr, ours[name].detach().contiguous().numpy())
+    return twin
+
+
+def compare_logits(cfg: dict, backend: str | None) -> str:
+    """The example's logits under certified() against mojolike.models.GPT's with the same
+    weights: "same bits", or how many differ."""
+    import numpy as np
+    torch.manual_seed(0)
+    model = GPT(**cfg)
+    x, y = next(batches(cfg, 1))
+    with torch.no_grad(), mojolike.torch.certified(backend=backend):
+        logits, _ = model(x, y)
+    theirs = mojolike_twin(model, cfg, backend).logits(x.numpy(), backend=backend)
+    ours = logits.numpy()
+    differ = int((ours.view(np.uint32) != theirs.view(np.uint32)).sum())
+    return "same bits" if differ == 0 else f"{differ} of {ours.size} differ"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default=None, help="oracle, cpu-numba, cpu-cffi (default: env)")
@@ -124,10 +174,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch and numba threads")
     ap.add_argument("--tiny", action="store_true", help="the oracle-sized model")
     ap.add_argument("--config", choices=sorted(CONFIGS), default=None)
+    ap.add_argument("--compare", action="store_true",
+                    help="compare the logits with mojolike.models.GPT's on the same weights")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     name = a.config or ("tiny" if a.tiny else "small")
+    if a.compare:
+        print(f"torch_gpt config={name} logits against mojolike.models.GPT: "
+              f"{compare_logits(CONFIGS[name], a.backend)}")
     model, loss = train(CONFIGS[name], a.steps, a.backend, a.numeric_mode)
     print(f"torch_gpt config={name} steps={a.steps} backend={a.backend} threads={a.threads} "
           f"loss={loss!r} digest={digest(model)}")

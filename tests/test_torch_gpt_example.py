@@ -43,3 +43,39 @@ def test_the_small_model_has_one_digest_on_both_cpu_backends_and_thread_counts()
 def test_the_steps_change_the_parameters():
     one, two = (run("--backend", "cpu-numba", "--tiny", "--steps", s) for s in ("1", "2"))
     assert one["digest"] != two["digest"]
+
+
+def _example():
+    sys.path.insert(0, str(EXAMPLE.parent))
+    try:
+        import torch_gpt
+    finally:
+        sys.path.remove(str(EXAMPLE.parent))
+    return torch_gpt
+
+
+def test_the_logits_are_mojolike_gpts_bits_on_the_same_weights():
+    ex = _example()
+    assert ex.compare_logits(ex.CONFIGS["tiny"], "oracle") == "same bits"
+    assert ex.compare_logits(ex.CONFIGS["small"], "cpu-numba") == "same bits"
+
+
+def test_the_certified_loss_is_torch_eagers_up_to_rounding():
+    import torch
+    ex = _example()
+    cfg = ex.CONFIGS["small"]
+    torch.manual_seed(0)
+    model = ex.GPT(**cfg)
+    x, y = next(ex.batches(cfg, 1))
+    with torch.no_grad():
+        _, eager = model(x, y)
+        with mojolike_torch().certified(backend="cpu-numba"):
+            _, cert = model(x, y)
+    # torch's kernels sum in other orders (and its sqrt is not correctly rounded here), so
+    # only closeness is expected from torch: a few ulps of the loss
+    assert abs(cert.item() - eager.item()) <= 1e-5 * abs(eager.item())
+
+
+def mojolike_torch():
+    import mojolike.torch
+    return mojolike.torch
