@@ -416,3 +416,15 @@ def test_the_identical_steps_inf_nan_check_finds_one_bad_cell_at_every_position(
             assert not k.all_finite(x), (t, i, bad)
             arrays[t][i] = 1.0
     assert k.all_finite(x)
+
+
+def test_a_python_float_lr_becomes_the_nearest_binary32_value():
+    # 0.1 and the next binary64 value above it round to the same binary32: the same bits;
+    # the binary32 value one ulp above gives other bits
+    lr32 = float(np.float32(0.1))
+    ulp_up = float(np.nextafter(np.float32(0.1), np.float32(1.0)))
+    out = [run_torch_adapter(mo.AdamW, {"lr": lr}, 3, "cpu-numba")[0]
+           for lr in (0.1, math.nextafter(0.1, 1.0), lr32, ulp_up)]
+    assert_same_bits(out[0], out[1])
+    assert_same_bits(out[0], out[2])
+    assert any(not torch.equal(x, y) for x, y in zip(out[0], out[3]))
