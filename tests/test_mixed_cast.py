@@ -166,12 +166,16 @@ def test_off_nan_the_oracle_equals_ml_dtypes_numpy_and_torch():
         assert int(np.sum((ours != theirs) & keep)) == 0, name
 
 
-def test_out_is_written_and_returned_and_a_new_array_keeps_the_shape():
+@pytest.mark.parametrize("backend", _backends())
+def test_out_is_written_and_returned_and_a_new_array_keeps_the_shape(backend):
     x = np.float32([[1.0, 2.0], [3.0, 65520.0]])
     out = np.zeros(4, np.float16)
-    assert mojolike.cast(x, "float16", out=out, backend="cpu-cffi") is out
+    assert mojolike.cast(x, "float16", out=out, backend=backend) is out
     assert out.view(np.uint16).tolist() == [0x3C00, 0x4000, 0x4200, 0x7C00]
-    y = mojolike.cast(x, "bfloat16", backend="cpu-numba")
+    wide = np.zeros((2, 2), np.float32)
+    assert mojolike.cast(out, "float32", out=wide, backend=backend) is wide
+    assert wide.tolist() == [[1.0, 2.0], [3.0, np.inf]]
+    y = mojolike.cast(x, "bfloat16", backend=backend)
     assert y.shape == (2, 2) and y.dtype == np.dtype(BF16)
 
 
