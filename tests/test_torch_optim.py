@@ -428,3 +428,13 @@ def test_a_python_float_lr_becomes_the_nearest_binary32_value():
     assert_same_bits(out[0], out[1])
     assert_same_bits(out[0], out[2])
     assert any(not torch.equal(x, y) for x, y in zip(out[0], out[3]))
+
+
+def test_adam_with_decoupled_weight_decay_is_adamw():
+    kw = {"lr": 1e-2, "weight_decay": 0.1}
+    a, opt = run_torch_adapter(mo.Adam, {**kw, "decoupled_weight_decay": True}, 3, "cpu-numba")
+    b, _ = run_torch_adapter(mo.AdamW, kw, 3, "cpu-numba")
+    assert_same_bits(a, b)
+    assert opt.param_groups[0]["decoupled_weight_decay"] is True
+    c, _ = run_torch_adapter(mo.Adam, kw, 3, "cpu-numba")
+    assert any(not torch.equal(x, y) for x, y in zip(a, c))
