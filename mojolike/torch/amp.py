@@ -115,12 +115,12 @@ class GradScaler:
             self.unscale_(opt)
         grads = opt._prepare(e)
         try:
-            out = inner.step(opt._inner, grads)
+            inner.step(opt._inner, grads)
         except Refusal as r:
             raise r.at(e) from None
         if not inner._states[id(opt._inner)]["found_inf"]:
             opt._finish(grads)
-        return None if out is None else out
+        return None  # torch returns optimizer.step()'s value: None without a closure
 
     def update(self, new_scale=None) -> None:
         """Back off after a skip, grow after growth_interval clean steps, or set new_scale
