@@ -27,6 +27,7 @@ from timing import best_of
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import torch_gpt
 
+import mojolike.core.registry
 import mojolike.torch
 from mojolike.torch.optim import AdamW
 
@@ -116,12 +117,48 @@ def gpt_step(backend: str, repeat: int, steps: int) -> None:
     print(f"  ratio            {times[True] / times[False]:9.2f}x (target <= 3)")
 
 
+def breakdown(backend: str) -> None:
+    """One certified step's time per aten op (outermost calls), the largest first."""
+    from mojolike.torch.dispatch import CertifiedMode
+
+    spent: dict[str, float] = {}
+
+    class Timed(CertifiedMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            t = time.perf_counter()
+            try:
+                return super().__torch_dispatch__(func, types, args, kwargs)
+            finally:
+                spent[str(func)] = spent.get(str(func), 0.0) + time.perf_counter() - t
+
+    cfg = torch_gpt.CONFIGS["bench"]
+    torch.manual_seed(0)
+    model = torch_gpt.GPT(**cfg)
+    opt = AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, backend=backend)
+    data = list(torch_gpt.batches(cfg, 2))
+    with Timed(*mojolike.core.registry.resolve("bench", backend, None)):
+        for i, (x, y) in enumerate(data):
+            if i == 1:
+                spent.clear()
+                t0 = time.perf_counter()
+            _, loss = model(x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    total = time.perf_counter() - t0
+    print(f"one certified step {total * 1e3:.0f} ms; the ops' share (dispatch included):")
+    for name, t in sorted(spent.items(), key=lambda kv: -kv[1])[:10]:
+        print(f"  {name:62s} {t * 1e3:8.1f} ms")
+    print(f"  {'(outside the ops: Python, autograd, the optimizer)':62s} "
+          f"{(total - sum(spent.values())) * 1e3:8.1f} ms")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="cpu-numba")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--only", choices=("overhead", "gpt"), default=None)
+    ap.add_argument("--only", choices=("overhead", "gpt", "breakdown"), default=None)
     a = ap.parse_args()
     print(f"CPU: {cpu_model()}; {os.cpu_count()} logical CPUs; torch threads "
           f"{torch.get_num_threads()}; load average {os.getloadavg()} "
@@ -130,6 +167,8 @@ def main() -> int:
         overhead(a.backend, a.repeat)
     if a.only in (None, "gpt"):
         gpt_step(a.backend, a.repeat, a.steps)
+    if a.only in (None, "breakdown"):
+        breakdown(a.backend)
     return 0
 
 

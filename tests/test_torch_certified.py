@@ -45,13 +45,17 @@ def f(x):
 
 # -- routed ops: each against the mojolike entry point, on the oracle -------------------------
 def c_mm():
-    a, b = rnd(3, 4), rnd(4, 2, seed=1)
-    return A.mm(T(a), T(b)), mojolike.matmul(a, b, **O)
+    a, b, w = rnd(3, 40), rnd(40, 2, seed=1), rnd(5, 40, seed=2)
+    return ((A.mm(T(a), T(b)), A.mm(T(a), T(w).t()), A.mm(T(a).t(), T(a))),  # x @ W.t(): linear
+            (mojolike.matmul(a, b, **O), mojolike.matmul(a, np.ascontiguousarray(w.T), **O),
+             mojolike.matmul(np.ascontiguousarray(a.T), a, **O)))
 
 
 def c_addmm():
-    bias, a, b = rnd(2, seed=2), rnd(3, 4), rnd(4, 2, seed=1)
-    return A.addmm(T(bias), T(a), T(b)), mojolike.matmul(a, b, **O) + bias
+    bias, a, b, w = rnd(2, seed=2), rnd(3, 40), rnd(40, 2, seed=1), rnd(2, 40, seed=3)
+    return ((A.addmm(T(bias), T(a), T(b)), A.addmm(T(bias), T(a), T(w).t())),
+            (mojolike.matmul(a, b, **O) + bias,
+             mojolike.matmul(a, np.ascontiguousarray(w.T), **O) + bias))
 
 
 def c_bmm():
@@ -72,9 +76,11 @@ def c_embedding_dense_backward():
 
 def c_native_layer_norm():
     x, w, b = rnd(3, 4), rnd(4, seed=1), rnd(4, seed=2)
-    y, mu, _ = A.native_layer_norm(T(x), [4], T(w), T(b), 1e-5)
-    return (y, mu), (mojolike.layer_norm(x, (4,), w, b, 1e-5, **O),
-                     mojolike.mean(x, 1, True, **O))
+    y, mu, rs = A.native_layer_norm(T(x), [4], T(w), T(b), 1e-5)
+    mean = mojolike.mean(x, 1, True, **O)
+    var = mojolike.mean((x - mean) * (x - mean), 1, True, **O)
+    return (y, mu, rs), (mojolike.layer_norm(x, (4,), w, b, 1e-5, **O), mean,
+                         f(1) / np.sqrt(var + f(1e-5)))
 
 
 def c_native_layer_norm_backward():
@@ -169,9 +175,13 @@ def c_sum_default():
 
 
 def c_sum_dim_IntList():
-    x = rnd(3, 4, 5)
-    return ((A.sum.dim_IntList(T(x), [0, 2], True), A.sum.dim_IntList(T(x), [1])),
-            (mojolike.sum(x, (0, 2), True, **O), mojolike.sum(x, 1, **O)))
+    x, long, tall = rnd(3, 4, 5), rnd(2, 2500) * f(1e3), rnd(2100, 3) * f(1e3)
+    return ((A.sum.dim_IntList(T(x), [0, 2], True), A.sum.dim_IntList(T(x), [1]),
+             A.sum.dim_IntList(T(x), [2, -3]), A.sum.dim_IntList(T(long), [1]),
+             A.sum.dim_IntList(T(tall), [0], True)),
+            (mojolike.sum(x, (0, 2), True, **O), mojolike.sum(x, 1, **O),
+             mojolike.sum(x, (0, 2), **O), mojolike.sum(long, 1, **O),
+             mojolike.sum(tall, 0, True, **O)))
 
 
 def c_mean_default():
@@ -180,8 +190,9 @@ def c_mean_default():
 
 
 def c_mean_dim():
-    x = rnd(3, 7)
-    return A.mean.dim(T(x), [-1], True), mojolike.mean(x, -1, True, **O)
+    x, tall = rnd(3, 7), rnd(1500, 3, 2)
+    return ((A.mean.dim(T(x), [-1], True), A.mean.dim(T(tall), [0, 2])),
+            (mojolike.mean(x, -1, True, **O), mojolike.mean(tall, (0, 2), **O)))
 
 
 def c_exp_default():

@@ -27,7 +27,7 @@ from ..ops.attention import (
     scaled_dot_product_attention_backward,
 )
 from ..ops.crmath import expf, tanhf
-from ..ops.layers import embedding, embedding_backward
+from ..ops.layers import embedding, embedding_backward, linear
 from ..ops.transformer import (
     gelu,
     gelu_backward,
@@ -73,8 +73,18 @@ def _kw(m) -> dict:
 
 
 # -- matmul ------------------------------------------------------------------------------------
+def _weight_t(b: torch.Tensor) -> bool:
+    """b is W.t() for a C-contiguous W (nn.Linear's weight): then y = x W^T is
+    `mojolike.linear(x, W)`, the same fold (clause 8 and contracts/layers.md: fold over k
+    ascending of the rounded products, then one rounding for the bias), without the two
+    transposing copies matmul would make."""
+    return b.ndim == 2 and not b.is_contiguous() and b.t().is_contiguous()
+
+
 def mm(m, args, kwargs):
     a, b = args[:2]
+    if _weight_t(b):
+        return as_t(linear(as_np(a), b.t().detach().numpy(), **_kw(m)))
     return as_t(matmul(as_np(a), as_np(b), **_kw(m)))
 
 
@@ -82,8 +92,23 @@ def addmm(m, args, kwargs):
     bias, a, b = args[:3]
     _unit("aten.addmm", "beta", kwargs.get("beta", 1), 1)
     _unit("aten.addmm", "alpha", kwargs.get("alpha", 1), 1)
+    if _weight_t(b) and bias.ndim == 1:
+        return as_t(linear(as_np(a), b.t().detach().numpy(), as_np(bias), **_kw(m)))
     y = matmul(as_np(a), as_np(b), **_kw(m))
     return as_t(np.add(y, as_np(bias), dtype=np.float32))  # one rounding per element
+
+
+def row_folds(m, a: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
+    """mojolike.sum(a, dims, keepdim=True)'s bits, fast: the reduced dimensions moved last in
+    their order (an exact copy; their multi-index stays in C order, ascending), then each
+    row's fold as `mojolike.linear` with a weight of ones: the fold over k ascending of the
+    products x * 1 (exact), the same tree as mojolike.sum's column fold
+    (tests/test_torch_certified.py checks the two against the oracle)."""
+    keep = tuple(d for d in range(a.ndim) if d not in dims)
+    width = int(np.prod([a.shape[d] for d in dims], dtype=np.int64))
+    rows = np.ascontiguousarray(np.transpose(a, keep + dims)).reshape(-1, width)
+    s = linear(rows, np.ones((1, width), np.float32), **_kw(m))
+    return s.reshape(tuple(1 if d in dims else a.shape[d] for d in range(a.ndim)))
 
 
 # -- embedding ---------------------------------------------------------------------------------
@@ -111,11 +136,14 @@ def native_layer_norm(m, args, kwargs):
     b = None if bias is None else as_np(bias)
     y = layer_norm(a, shape, w, b, eps, **_kw(m))
     # aten's saved statistics, with mojolike's arithmetic: the mean (a fold over the row and
-    # one division) and rstd = 1 / sqrt(var + eps), var the mean of the rounded squares.
+    # one division by binary32(D)) and rstd = 1 / sqrt(var + eps), var the mean of the rounded
+    # squares of x - mean (each step one rounding)
     dims = tuple(range(a.ndim - len(shape), a.ndim))
-    mu = mean(a, dims, True, **_kw(m))
+    n = np.float32(int(np.prod(shape, dtype=np.int64)))
+    mu = np.divide(row_folds(m, a, dims), n, dtype=np.float32)
     dev = np.subtract(a, mu, dtype=np.float32)
-    var = mean(np.multiply(dev, dev, dtype=np.float32), dims, True, **_kw(m))
+    var = np.divide(row_folds(m, np.multiply(dev, dev, dtype=np.float32), dims), n,
+                    dtype=np.float32)
     rstd = np.divide(_ONE, np.sqrt(np.add(var, np.float32(eps), dtype=np.float32)),
                      dtype=np.float32)
     rs = as_t(rstd)
@@ -282,8 +310,17 @@ def _reduce(m, args, kwargs, fn, name):
     if a.ndim == 0:  # a 0-d tensor: its one element
         a1 = a.reshape(1)
         return as_t(np.asarray(fn(a1, None, False, **_kw(m)), np.float32).reshape(()))
-    dims = None if dim is None else tuple(int(d) for d in dim)
-    return as_t(np.asarray(fn(a, dims, keepdim, **_kw(m)), np.float32))
+    dims = tuple(range(a.ndim)) if dim is None else tuple(sorted({int(d) % a.ndim for d in dim}))
+    if dim is not None and len(dims) != len(dim):
+        return as_t(np.asarray(fn(a, tuple(dim), keepdim, **_kw(m)), np.float32))  # its refusal
+    y = row_folds(m, a, dims)
+    if fn is mean:  # mojolike.mean: the sum divided by binary32(n), one rounding
+        n = np.float32(int(np.prod([a.shape[d] for d in dims], dtype=np.int64)))
+        with np.errstate(all="ignore"):
+            y = np.divide(y, n, dtype=np.float32)
+    if not keepdim:
+        y = y.reshape(tuple(a.shape[d] for d in range(a.ndim) if d not in dims))
+    return as_t(np.asarray(y, np.float32))
 
 
 def sum_fwd(m, args, kwargs):

@@ -64,18 +64,22 @@ def _to_copy(args, kwargs):
                "is not certified (only CPU tensors are; the GPU path does not exist yet)")
 
 
+_FOLDS = "its bits, computed as mojolike.linear with a row of ones (the same fold)"
+
+
 def _routes() -> dict[str, Op]:
     return {
-        "aten.mm.default": Op(r.mm, "mojolike.matmul"),
+        "aten.mm.default": Op(r.mm, "mojolike.matmul",
+                              note="x @ W.t(): mojolike.linear(x, W), the same fold"),
         "aten.addmm.default": Op(r.addmm, "mojolike.matmul, then + bias (one rounding)",
-                                 note="beta=1, alpha=1 only"),
+                                 note="beta=1, alpha=1 only; x @ W.t() + b: mojolike.linear"),
         "aten.bmm.default": Op(r.mm, "mojolike.matmul"),
         "aten.embedding.default": Op(r.embedding_fwd, "mojolike.embedding"),
         "aten.embedding_dense_backward.default": Op(r.embedding_bwd,
                                                     "mojolike.embedding_backward"),
         "aten.native_layer_norm.default": Op(
             r.native_layer_norm, "mojolike.layer_norm",
-            note="the saved mean and rstd: mojolike.mean of x and of (x-mean)^2, 1/sqrt(var+eps)"),
+            note="the saved mean and rstd: the folds of x and of (x-mean)^2 / D, 1/sqrt(var+eps)"),
         "aten.native_layer_norm_backward.default": Op(
             r.native_layer_norm_bwd, "mojolike.layer_norm_backward",
             note="its forward must have run under the same certified() (for eps)"),
@@ -96,10 +100,10 @@ def _routes() -> dict[str, Op]:
             note="dropout_p=0 only; the logsumexp output is NaN (not computed)"),
         "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": Op(
             r.sdpa_bwd, "mojolike.scaled_dot_product_attention_backward"),
-        "aten.sum.default": Op(r.sum_fwd, "mojolike.sum", note="integer inputs: exact, torch's"),
-        "aten.sum.dim_IntList": Op(r.sum_fwd, "mojolike.sum", note="integer inputs: exact, torch's"),
-        "aten.mean.default": Op(r.mean_fwd, "mojolike.mean"),
-        "aten.mean.dim": Op(r.mean_fwd, "mojolike.mean"),
+        "aten.sum.default": Op(r.sum_fwd, "mojolike.sum", note=_FOLDS + "; integer inputs: torch's, exact"),
+        "aten.sum.dim_IntList": Op(r.sum_fwd, "mojolike.sum", note=_FOLDS + "; integer inputs: torch's, exact"),
+        "aten.mean.default": Op(r.mean_fwd, "mojolike.mean", note=_FOLDS),
+        "aten.mean.dim": Op(r.mean_fwd, "mojolike.mean", note=_FOLDS),
         "aten.exp.default": Op(r.exp_fwd, "mojolike.math.expf (correctly rounded)"),
         "aten.tanh.default": Op(r.tanh_fwd, "mojolike.math.tanhf (correctly rounded)"),
         "aten.tanh_backward.default": Op(r.tanh_bwd, "grad * (1 - y*y), three roundings"),
