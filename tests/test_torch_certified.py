@@ -232,6 +232,7 @@ ELEMENTWISE = {
     "aten.add.Tensor": (lambda: A.add.Tensor(T(a), T(b)), lambda: a + b),
     "aten.add_.Tensor": (lambda: T(a).add_(T(b)), lambda: a + b),
     "aten.add.Scalar": (lambda: A.add.Scalar(T(a), 0.1), lambda: a + f(0.1)),
+    "aten.add_.Scalar": (lambda: T(a).add_(0.1), lambda: a + f(0.1)),
     "aten.sub.Tensor": (lambda: A.sub.Tensor(T(a), T(b)), lambda: a - b),
     "aten.sub_.Tensor": (lambda: T(a).sub_(T(b)), lambda: a - b),
     "aten.rsub.Scalar": (lambda: A.rsub.Scalar(T(a), 0.1), lambda: f(0.1) - a),
@@ -467,3 +468,21 @@ def test_a_small_training_step_runs_under_the_mode_with_the_same_bits_on_both_cp
     for op in ("aten.addmm.default", "aten.native_layer_norm_backward.default",
                "aten.nll_loss_backward.default", "aten.gelu_backward.default"):
         assert calls.get(op, 0) >= 1, op
+
+
+def test_rms_norm_decomposes_into_certified_ops_with_mojolikes_forward_bits():
+    x0, w0 = rnd(4, 16), rnd(16, seed=1)
+
+    def run(backend):
+        x, w = T(x0).requires_grad_(), T(w0).requires_grad_()
+        with mojolike.torch.certified(backend=backend) as mode:
+            y = F.rms_norm(x, (16,), w, eps=1e-6)
+            y.backward(torch.ones_like(y))
+        assert "aten.rsqrt.default" in mode.calls and "aten.pow.Tensor_Scalar" in mode.calls
+        return y.detach(), x.grad, w.grad
+    y, dx, dw = run("cpu-numba")
+    same(y, mojolike.rms_norm(x0, w0, 1e-6, **O))
+    # the backward is torch's autograd formula over certified ops: deterministic (the same
+    # bits on the other backend), not mojolike.rms_norm_backward's formula
+    for got, want in zip((y, dx, dw), run("cpu-cffi")):
+        same(got, want.numpy())

@@ -117,7 +117,7 @@ def _routes() -> dict[str, Op]:
 
 _ELEMENTWISE = {
     "aten.add.Tensor": _alpha("aten.add.Tensor", 2), "aten.add_.Tensor": _alpha("aten.add_.Tensor", 2),
-    "aten.add.Scalar": _alpha("aten.add.Scalar", 2),
+    "aten.add.Scalar": _alpha("aten.add.Scalar", 2), "aten.add_.Scalar": _alpha("aten.add_.Scalar", 2),
     "aten.sub.Tensor": _alpha("aten.sub.Tensor", 2), "aten.sub_.Tensor": _alpha("aten.sub_.Tensor", 2),
     "aten.rsub.Scalar": _alpha("aten.rsub.Scalar", 2),
     "aten.mul.Tensor": None, "aten.mul_.Tensor": None, "aten.mul.Scalar": None,

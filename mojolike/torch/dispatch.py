@@ -14,7 +14,9 @@ Each aten op torch dispatches is looked up by name in the one table,
   exp, tanh, rsqrt, pow) calls mojolike's public entry point with the mode's backend and
   numeric mode; matmul and linear reach torch as view + mm/addmm/bmm, cross_entropy as
   _log_softmax + nll_loss, F.scaled_dot_product_attention on the CPU as
-  `_scaled_dot_product_flash_attention_for_cpu`, F.rms_norm as pow, mean, add, rsqrt, mul;
+  `_scaled_dot_product_flash_attention_for_cpu`, F.rms_norm as pow, mean, add, rsqrt, mul
+  (its forward has mojolike.rms_norm's bits; its backward is torch's autograd formula over
+  certified ops, deterministic but not mojolike.rms_norm_backward's formula);
 - a pass-through op (add, sub, mul, div, neg, relu, where, comparisons, copies, views,
   reshapes, cat, basic indexing, fills, `_to_copy` to float32 on the CPU) runs torch's own CPU
   kernel after the check, because its result is one IEEE binary32 operation per element (or
