@@ -269,3 +269,28 @@ def test_an_interrupted_gpt_step_is_rolled_back_and_the_run_resumes_to_the_diges
     r = _train(["--resume", str(out / "checkpoint.npz"), "--backend", "cpu-cffi", "--out",
                 str(out)])
     assert _printed_digest(r) == gpt_command_digest
+
+
+def test_a_gpt_run_above_the_memory_budget_is_refused_before_the_model_is_built(tmp_path):
+    with pytest.raises(Refusal) as e:
+        Trainer(small(), backend="cpu-numba", memory_budget=10_000)
+    assert e.value.entry_point == "mojolike.train.Trainer" and "memory_budget=" in str(e.value)
+    t = Trainer(small(steps=1, overflow_steps=()), backend="cpu-numba")
+    t.run()
+    path = t.save(tmp_path / "ckpt.npz")
+    with pytest.raises(Refusal) as e:
+        Trainer.load(path, memory_budget=10_000)
+    assert e.value.entry_point == "mojolike.train.Trainer.load"
+    assert Trainer.load(path).digest() == t.digest()
+
+
+def test_a_gpt_checkpoint_with_a_wrong_member_shape_is_refused_by_the_members_name(tmp_path):
+    from mojolike.training.checkpoint import read, write
+    t = Trainer(small(steps=1, overflow_steps=()), backend="cpu-numba")
+    t.run()
+    meta, arrays = read("test", t.save(tmp_path / "ckpt.npz"))
+    arrays["param.transformer.wpe.weight"] = np.zeros((9, 16), np.float32)
+    write("test", tmp_path / "bad.npz", meta, arrays)
+    with pytest.raises(Refusal) as e:
+        Trainer.load(tmp_path / "bad.npz")
+    assert e.value.option == "param.transformer.wpe.weight"
