@@ -232,7 +232,7 @@ ELEMENTWISE = {
     "aten.add.Tensor": (lambda: A.add.Tensor(T(a), T(b)), lambda: a + b),
     "aten.add_.Tensor": (lambda: T(a).add_(T(b)), lambda: a + b),
     "aten.add.Scalar": (lambda: A.add.Scalar(T(a), 0.1), lambda: a + f(0.1)),
-    "aten.add_.Scalar": (lambda: T(a).add_(0.1), lambda: a + f(0.1)),
+    "aten.add_.Scalar": (lambda: A.add_.Scalar(T(a), 0.1), lambda: a + f(0.1)),
     "aten.sub.Tensor": (lambda: A.sub.Tensor(T(a), T(b)), lambda: a - b),
     "aten.sub_.Tensor": (lambda: T(a).sub_(T(b)), lambda: a - b),
     "aten.rsub.Scalar": (lambda: A.rsub.Scalar(T(a), 0.1), lambda: f(0.1) - a),
