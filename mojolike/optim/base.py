@@ -201,7 +201,10 @@ class _Optimizer:
 
     def _present_parts(self, g, present):
         off = self._reg.offsets
-        return [part(g, off, i, j) for i, j in groups_.present_runs(present)]
+        runs = groups_.present_runs(present)
+        if runs == [(0, len(present))]:  # every tensor: g itself (its address table made once)
+            return [g]
+        return [part(g, off, i, j) for i, j in runs]
 
     def _present_offsets(self, present):
         off = self._reg.offsets
@@ -392,6 +395,12 @@ class _Optimizer:
             current[...] = values
         else:
             current.copy_to_device(values)
+
+
+def _part(x, offsets, i: int, j: int):
+    """Tensors i .. j - 1 of x (core.pieces.part), or x itself when that is every tensor: the
+    registry's pieces then keep their address table from step to step."""
+    return x if i == 0 and j == len(offsets) - 1 else part(x, offsets, i, j)
 
 
 def _read(read, write_back) -> dict:

@@ -21,7 +21,6 @@ import numpy as np
 
 from ..core import checks
 from ..core.entry import entry_point
-from ..core.pieces import part
 from ..core.refusals import refuse
 from ..oracles import optim as spec
 from .base import (
@@ -30,6 +29,7 @@ from .base import (
     _given,
     _Optimizer,
     _option,
+    _part,
     _read,
     _scalars_finite,
 )
@@ -117,7 +117,7 @@ class SGD(_Optimizer):
         buf = self._buf[lo:hi] if s.use_momentum else self._placeholder
         args = (s.lr, s.momentum, s.one_minus_dampening, s.weight_decay, s.use_momentum,
                 s.use_decay, s.nesterov, s.maximize)
-        self._k.sgd(part(p, off, i, j), part(g, off, i, j), buf, np.bool_(not self._initialized[i]),
+        self._k.sgd(_part(p, off, i, j), _part(g, off, i, j), buf, np.bool_(not self._initialized[i]),
                     *map(_f32or_bool, args), **_read(read, write_back))
 
     def _stepped(self, work) -> None:
@@ -206,7 +206,7 @@ class Adam(_Optimizer):
         k, i, j = run
         off = self._reg.offsets
         lo, hi = int(off[i]), int(off[j])
-        self._k.adam(part(p, off, i, j), part(g, off, i, j), self._m[lo:hi], self._v[lo:hi],
+        self._k.adam(_part(p, off, i, j), _part(g, off, i, j), self._m[lo:hi], self._v[lo:hi],
                      *map(_f32or_bool, (
                          s.beta1, s.beta2, s.eps, s.weight_decay, s.one_minus_beta1, s.one_minus_beta2,
                          s.step_size, s.sqrt_bc2, s.param_decay, s.coupled, s.decoupled, s.maximize)),
