@@ -155,7 +155,11 @@ def c__scaled_dot_product_flash_attention_for_cpu():
     q, k, v = _qkv()
     o, lse = A._scaled_dot_product_flash_attention_for_cpu(T(q), T(k), T(v), 0.0, True)
     assert np.isnan(lse.detach().numpy()).all()  # not computed: the backward recomputes
-    return o, mojolike.scaled_dot_product_attention(q, k, v, is_causal=True, **O)
+    mask = np.array([[True, False, True], [True, True, False], [False, True, True]])
+    # a bool mask reaches the op as a float mask (where(mask, 0, -inf)): the same bits
+    masked = F.scaled_dot_product_attention(T(q), T(k), T(v), attn_mask=T(mask))
+    return (o, masked), (mojolike.scaled_dot_product_attention(q, k, v, is_causal=True, **O),
+                         mojolike.scaled_dot_product_attention(q, k, v, attn_mask=mask, **O))
 
 
 def c__scaled_dot_product_flash_attention_for_cpu_backward():
@@ -314,6 +318,7 @@ COPIES = {
     "aten.fill_.Scalar": (lambda: T(m).fill_(0.1), lambda: np.full((3, 4), f(0.1))),
     "aten.zero_.default": (lambda: T(m).zero_(), lambda: np.zeros((3, 4), np.float32)),
     "aten._local_scalar_dense.default": (lambda: torch.tensor([2.5]).item(), lambda: 2.5),
+    "aten.scalar_tensor.default": (lambda: A.scalar_tensor(0.1), lambda: f(0.1).reshape(())),
     "aten.tril.default": (lambda: A.tril(T(m)), lambda: np.tril(m)),
     "aten.triu.default": (lambda: A.triu(T(m), 1), lambda: np.triu(m, 1)),
     "aten.arange.default": (lambda: A.arange(5), lambda: np.arange(5)),

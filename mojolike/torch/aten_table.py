@@ -139,7 +139,7 @@ _COPIES = (
     "zeros.default", "zeros_like.default", "ones.default", "ones_like.default",
     "empty.memory_format", "empty_like.default", "empty_strided.default", "new_zeros.default",
     "new_ones.default", "new_empty.default", "new_empty_strided.default", "full.default",
-    "full_like.default", "fill_.Scalar", "zero_.default", "tril.default", "triu.default", "_local_scalar_dense.default",
+    "full_like.default", "fill_.Scalar", "zero_.default", "tril.default", "triu.default", "_local_scalar_dense.default", "scalar_tensor.default",
     "arange.default", "arange.start", "arange.start_step",
 )
 
