@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-__all__ = ["optim", "nn", "amp", "certified"]
+__all__ = ["amp", "certified", "nn", "optim"]
 
 _SUBMODULES = {"optim", "nn", "amp"}
 
