@@ -139,13 +139,14 @@ def test_random_and_boundary_patterns_equal_the_oracle_on_every_backend(backend)
         assert (got == want).all(), f"{np.dtype(dtype).name}: {int(np.sum(got != want))} patterns differ"
 
 
+@pytest.mark.parametrize("backend", ["cpu-numba", "cpu-cffi"])
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=64))
-def test_cpu_numba_equals_the_oracle_on_any_patterns(patterns):
+@given(patterns=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=64))
+def test_the_cpu_backends_equal_the_oracle_on_any_patterns(backend, patterns):
     x = _f32(patterns)
-    got = mojolike.cast(x, np.float16, backend="cpu-numba").view(np.uint16).tolist()
+    got = mojolike.cast(x, np.float16, backend=backend).view(np.uint16).tolist()
     assert got == [spec.to_f16_bits(u) for u in patterns]
-    got = mojolike.cast(x, BF16, backend="cpu-numba").view(np.uint16).tolist()
+    got = mojolike.cast(x, BF16, backend=backend).view(np.uint16).tolist()
     assert got == [spec.to_bf16_bits(u) for u in patterns]
 
 
