@@ -45,6 +45,9 @@ STATED = [
     ("gpt.save_safetensors(\"gpt.safetensors\")",
      lambda ns: Path("gpt.safetensors").exists() and Path("config.json").exists()
      and [len(t) for t in ns["new"]] == [12, 14]),
+    ("opt = mojolike.torch.optim.AdamW(model.parameters(), lr=1e-2)",
+     lambda ns: sorted(ns["opt"].state_dict()["state"][0]) == ["exp_avg", "exp_avg_sq", "step"]
+     and ns["opt"].param_groups[0]["lr"] == 1e-2 and int(ns["opt"].state_dict()["state"][0]["step"]) == 3),
     ("assert alone == ([new[1]], [logprobs[1]])",
      lambda ns: len(ns["logprobs"][1]) == 8),
 ]
