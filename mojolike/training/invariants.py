@@ -104,7 +104,8 @@ def check_memory(entry: str, c, given=None) -> None:
 
 # -- invariants between the pieces ------------------------------------------------------------------
 def check_invariants(entry: str, c, step: int, records: np.ndarray, lossz: list, optimizer: dict,
-                     scaler: dict, generator: dict, outlier: dict, *, contract: bool = True) -> None:
+                     scaler: dict, generator: dict, outlier: dict, *, contract: bool = True,
+                     tensors: int = len(PARAMS)) -> None:
     """Refuse a state whose pieces disagree: records (step rows: loss, norm, lr, scale,
     skipped, gated) and z-scores per step; the generator at counter `step` (one stream per
     step) of the configuration's seed; the optimizer's t and every tensor's count equal to
@@ -131,7 +132,7 @@ def check_invariants(entry: str, c, step: int, records: np.ndarray, lossz: list,
         refuse(entry, "records", "hold a learning rate or norm where no step was applied (a "
                                  "skipped or gated step), or none where one was")
     t = int(applied.sum())
-    if optimizer.get("t") != t or optimizer.get("steps") != [t] * len(PARAMS):
+    if optimizer.get("t") != t or optimizer.get("steps") != [t] * tensors:
         refuse(entry, "optimizer", f"must have taken the {t} step(s) the records applied, every "
                                    f"tensor each of them (t {optimizer.get('t')}, steps "
                                    f"{optimizer.get('steps')})")
