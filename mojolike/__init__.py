@@ -47,11 +47,13 @@ from .optim.optimizers import SGD, Adam, AdamW
 from .optim.outlier import OutlierDetector
 from .optim.scaler import GradScaler, grad_checksum
 from .optim.state import load_state, save_state
+from .training.recorder import RunRecorder
 from .training.tape import Tape
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "RunRecorder",
     "SGD", "Adam", "AdamW", "BackendUnavailable", "ConstantLR", "Generator", "GradScaler", "OutlierDetector",
     "Refusal",
     "WarmupCosineLR", "WarmupLinearLR", "accumulate_grads", "accumulation_is_aligned",

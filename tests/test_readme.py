@@ -25,6 +25,11 @@ STATED = [
      lambda ns: ns["opt"].param_groups[0]["weight_decay"] == 0.01 and Path("opt.npz").exists()
      and abs(float(ns["total"]) - (64 * 64 + 64) ** 0.5) < 1e-4  # the norm before the clip
      and float(sum(ns["mojolike"].sumsq(a) for a in ns["g"])) ** 0.5 <= 1.0 + 1e-6),
+    ("b = mojolike.cast(x, ml_dtypes.bfloat16)",
+     lambda ns: ns["mojolike"].cast(ns["b"], "float32").tolist()[:3] == [1.0, 1.0, 65536.0]
+     and ns["h"].view(np.uint16).tolist() == [15360, 15364, 31744, 32256, 2]
+     and ns["mojolike"].cast(ns["h"], "float32").tolist()[:3] == [1.0, 1.00390625, float("inf")]
+     and ns["mojolike"].linear(ns["b"][:2].reshape(1, 2).copy(), ns["w"]).tolist() == [[0.75]]),
     ("(dweight,) = tape.backward(loss)",
      lambda ns: ns["h"].shape == (2, 4) and ns["dweight"].dtype == np.float32
      and ns["dweight"].shape == (4, 8)),

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import cardformat
+from ..core.entry import entry_point
 from ..core.refusals import refuse
 
 __all__ = ["RunRecorder"]
@@ -131,7 +132,10 @@ class RunRecorder:
     1
     """
 
-    def __init__(self, name: str = "run", *, certified: bool | None = None):
+    _ENTRY = _ENTRY
+
+    @entry_point()
+    def __init__(self, name: str = "run", *, certified: bool | None = None, entry, **unknown):
         if not isinstance(name, str) or not name or any(c.isspace() or c in "/\\" for c in name):
             refuse(_ENTRY, "name", "must be a non-empty name without spaces or slashes",
                    value=name)
