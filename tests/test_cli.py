@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 import mojolike
@@ -116,3 +117,22 @@ def test_two_threads_reporting_at_once_never_share_a_line_on_a_terminal():
     events = [x for x in out.getvalue().replace("\r\x1b[K", "\n").splitlines() if x.startswith("[")]
     assert sum("started" in x for x in events) == 2 and sum("outputs computed" in x for x in events) == 2
     assert events[-1].endswith("certify: 2 runs of 2 suites done")
+
+
+def test_a_checkpoint_or_state_kept_without_the_suffix_is_read_from_the_path_as_given(tmp_path):
+    import shutil
+
+    from mojolike.training.trainer import TrainConfig, Trainer
+    t = Trainer(TrainConfig(steps=2), backend="cpu-numba")
+    t.run(1)
+    written = t.save(tmp_path / "ckpt")  # the writer adds .npz
+    assert written.endswith("ckpt.npz")
+    shutil.move(written, tmp_path / "ckpt-renamed")
+    assert Trainer.load(tmp_path / "ckpt-renamed").step == 1
+    opt = mojolike.AdamW([np.zeros(3, np.float32)])
+    mojolike.save_state(tmp_path / "opt", opt.state_dict())
+    shutil.move(tmp_path / "opt.npz", tmp_path / "opt.state")
+    assert mojolike.load_state(tmp_path / "opt.state")["param_groups"][0]["lr"] == opt.param_groups[0]["lr"]
+    # and the name without the suffix still finds the file the writer named
+    shutil.move(tmp_path / "opt.state", tmp_path / "opt.npz")
+    assert mojolike.load_state(tmp_path / "opt")["param_groups"]

@@ -46,6 +46,14 @@ def npz_path(entry: str, path) -> str:
     return p if p.endswith(".npz") else p + ".npz"
 
 
+def existing_path(entry: str, path) -> str:
+    """The file to read: `path` as given when it names a file (a checkpoint renamed or kept
+    without the suffix is read as it is), else with .npz added, the name the writer chose."""
+    p = npz_path(entry, path)
+    given = os.fspath(path)
+    return given if given != p and os.path.isfile(given) else p
+
+
 def create_temp(folder: str, prefix: str, suffix: str) -> tuple[int, str]:
     """(fd, path) of a new file in `folder` opened for writing, created with mode 0o666 less
     the umask as open(2) applies it (tempfile.mkstemp's files are 0o600 whatever the umask,

@@ -27,7 +27,14 @@ import numpy as np
 
 from ..core import checks
 from ..core.entry import entry_point
-from ..core.files import archive_index, npy_data, npy_header, npz_path, write_npz
+from ..core.files import (
+    archive_index,
+    existing_path,
+    npy_data,
+    npy_header,
+    npz_path,
+    write_npz,
+)
 from ..core.refusals import Refusal, refuse
 
 KINDS = ("SGD", "Adam", "AdamW")
@@ -199,11 +206,11 @@ def _read(f, file_size: int) -> dict:
 
 @entry_point("mojolike.load_state")
 def load_state(path, *, entry, **unknown) -> dict:
-    """Read a state_dict written by save_state (no pickle); `.npz` is added when the path lacks
-    it. A file that is not such a state (damaged, truncated, another .npz, hostile headers) is
+    """Read a state_dict written by save_state (no pickle) from `path` as given when it names a
+    file, else from `path` with `.npz` added (the name save_state writes). A file that is not such a state (damaged, truncated, another .npz, hostile headers) is
     refused by name."""
     e = entry
-    p = npz_path(e, path)
+    p = existing_path(e, path)
     try:
         with open(p, "rb") as f:
             return _read(f, os.fstat(f.fileno()).st_size)

@@ -26,7 +26,14 @@ import zipfile
 
 import numpy as np
 
-from ..core.files import archive_index, npy_data, npy_header, npz_path, write_npz
+from ..core.files import (
+    archive_index,
+    existing_path,
+    npy_data,
+    npy_header,
+    npz_path,
+    write_npz,
+)
 from ..core.refusals import Refusal, refuse
 
 _KINDS = (np.dtype("<f4"), np.dtype("<i8"))
@@ -63,7 +70,7 @@ def header_specs(entry: str, path) -> tuple[dict, dict[str, tuple[np.dtype, tupl
 
 
 def _open(entry: str, path, expect, *, with_data: bool):
-    p = npz_path(entry, path)
+    p = existing_path(entry, path)
     try:
         with open(p, "rb") as f:
             index = archive_index(f, os.fstat(f.fileno()).st_size)
