@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -126,19 +125,11 @@ def _lacking(suite) -> str:
 
 
 def _threads(n: int | None) -> None:
-    """--threads N: the thread count of both CPU backends (numba's pool, OpenMP), as
-    NUMBA_NUM_THREADS and OMP_NUM_THREADS would set it; the kernels are not loaded yet."""
-    if n is None:
-        return
-    if n < 1:
-        raise UsageError(f"--threads {n} is not a thread count; give 1 or more")
-    os.environ["NUMBA_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(n)
-    if "numba" in sys.modules:  # already imported (tests, an embedding program): resize its pool
-        import numba
-        if n > numba.config.NUMBA_NUM_THREADS:
-            raise UsageError(f"--threads {n}: numba was started with "
-                             f"{numba.config.NUMBA_NUM_THREADS} threads in this process")
-        numba.set_num_threads(n)
+    from .training.cli import set_threads
+    try:
+        set_threads(n)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def certify(args) -> int:

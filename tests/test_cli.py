@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -33,14 +34,15 @@ def test_a_certify_usage_error_exits_2_and_says_what_is_wrong(argv, said, capsys
 
 
 def test_version_prints_the_package_version():
-    out = subprocess.run([sys.executable, "-m", "mojolike", "--version"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "mojolike", "--version"], capture_output=True, text=True,
+                         check=False)
     assert out.returncode == 0 and out.stdout.strip() == f"mojolike {mojolike.__version__}"
 
 
 def test_help_lists_the_suites_the_backends_and_the_exit_codes():
     from mojolike.contracts import SUITES
     out = subprocess.run([sys.executable, "-m", "mojolike", "certify", "--help"], capture_output=True,
-                         text=True).stdout
+                         text=True, check=False).stdout
     assert "suites: " + ", ".join(SUITES) in out
     assert "backends: oracle, cpu-numba, cpu-cffi, cuda, cuda-sim" in out
     assert "Exit codes:" in out and "--numeric-mode" in out and "--threads" in out
@@ -136,3 +138,29 @@ def test_a_checkpoint_or_state_kept_without_the_suffix_is_read_from_the_path_as_
     # and the name without the suffix still finds the file the writer named
     shutil.move(tmp_path / "opt.state", tmp_path / "opt.npz")
     assert mojolike.load_state(tmp_path / "opt")["param_groups"]
+
+
+def test_train_json_gives_the_digest_and_the_files_and_threads_and_mode_flags_are_taken(tmp_path, capsys,
+                                                                                          monkeypatch):
+    import numba
+    for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS"):  # restored after the test
+        monkeypatch.setenv(var, os.environ.get(var, str(numba.config.NUMBA_NUM_THREADS)))
+    before = numba.get_num_threads()
+    try:
+        _train_json(tmp_path, capsys)
+    finally:
+        numba.set_num_threads(before)
+
+
+def _train_json(tmp_path, capsys):
+    argv = ["train", "--steps", "2", "--backend", "cpu-numba", "--out", str(tmp_path / "a"), "--json",
+            "--threads", "1", "--numeric-mode", "identical"]
+    assert cli.main(argv) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["step"] == 2 and got["numeric_mode"] == "identical" and got["backend"] == "cpu-numba"
+    assert got["digest"] == cardformat.read(tmp_path / "a" / "train.card").md5
+    assert json.loads((tmp_path / "a" / "train.meta.json").read_text())["threads"] == 1
+    assert cli.main(["train", "--steps", "2", "--out", str(tmp_path / "b"), "--threads", "0"]) == 2
+    assert "--threads 0 is not a thread count" in capsys.readouterr().err
+    assert cli.main(["train", "--steps", "2", "--out", str(tmp_path / "c"), "--numeric-mode", "exact"]) == 2
+    assert "numeric_mode" in capsys.readouterr().err

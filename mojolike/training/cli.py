@@ -43,6 +43,13 @@ def add_parser(sub) -> None:
     t.add_argument("--steps", type=int, default=None,
                    help="steps of the run (default 200; with --resume, the checkpoint's)")
     t.add_argument("--backend", default=None, help="a backend name (default: the registry's)")
+    t.add_argument("--numeric-mode", default=None,
+                   help="identical (the contract's, default), deterministic or fast "
+                        "(MOJOLIKE_NUMERIC_MODE)")
+    t.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="threads of both CPU backends (NUMBA_NUM_THREADS and OMP_NUM_THREADS)")
+    t.add_argument("--json", action="store_true",
+                   help="print the result (digest, files, steps) as JSON instead of the digest line")
     t.add_argument("--out", default="train-out", help="output folder (default ./train-out)")
     t.add_argument("--resume", default=None, help="continue the run saved in this checkpoint")
     t.add_argument("--stop-at", type=int, default=None,
@@ -74,12 +81,12 @@ def _trainer(args):
             if flag is None:
                 raise
             raise Refusal(_E, flag, r.reason, value=r._value) from None
-        return Trainer(config, backend=args.backend)
+        return Trainer(config, backend=args.backend, numeric_mode=args.numeric_mode)
     for k, flag in _MODEL_FLAGS:
         if k in given:
             raise Refusal(_E, flag, "does not apply with --resume (the checkpoint's configuration "
                                     "is the run's)")
-    t = Trainer.load(args.resume, backend=args.backend)
+    t = Trainer.load(args.resume, backend=args.backend, numeric_mode=args.numeric_mode)
     if args.steps is not None and args.steps != t.config.steps:
         raise Refusal("mojolike train", "--steps", f"is {args.steps} but the checkpoint's run has "
                                                    f"{t.config.steps} steps (its schedule's horizon); "
@@ -88,6 +95,22 @@ def _trainer(args):
 
 
 _E = "mojolike train"
+
+
+def set_threads(n: int | None) -> None:
+    """--threads N: the thread count of both CPU backends (numba's pool, OpenMP), as
+    NUMBA_NUM_THREADS and OMP_NUM_THREADS set it; ValueError saying why when it cannot."""
+    if n is None:
+        return
+    if n < 1:
+        raise ValueError(f"--threads {n} is not a thread count; give 1 or more")
+    os.environ["NUMBA_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(n)
+    if "numba" in sys.modules:  # already imported (tests, an embedding program): resize its pool
+        import numba
+        if n > numba.config.NUMBA_NUM_THREADS:
+            raise ValueError(f"--threads {n}: numba was started with "
+                             f"{numba.config.NUMBA_NUM_THREADS} threads in this process")
+        numba.set_num_threads(n)
 # a test hook: "STEP:POINT:SIGNAL" sends this process SIGNAL (INT, TERM, KILL) in step STEP at
 # POINT: 'backward' (each microbatch's), 'commit' (the scaler's step) or 'after' (the step done)
 TEST_HOOK = "MOJOLIKE_TRAIN_TEST_INTERRUPT"
@@ -150,6 +173,11 @@ def _version() -> str:
 
 def main(args) -> int:
     out = Path(args.out)
+    try:
+        set_threads(args.threads)
+    except ValueError as e:
+        print(f"mojolike train: {e}", file=sys.stderr)
+        return 2
     try:
         t = _trainer(args)
         until = t.config.steps if args.stop_at is None else checks.integer(
@@ -231,6 +259,14 @@ def _finish(t, args, out: Path, first: int, started: float, stopped: str | None)
               file=sys.stderr)
         return 130
     last = t.records[-1] if t.records else None
+    if getattr(args, "json", False):
+        import json
+        print(json.dumps({"digest": digest, "step": t.step, "steps": c.steps,
+                          "loss": None if last is None else float(last.loss),
+                          "backend": t.backend, "numeric_mode": t.numeric_mode,
+                          "card": str(out / f"{name}.card"), "checkpoint": str(ckpt),
+                          "meta": str(out / f"{name}.meta.json")}, indent=2, sort_keys=True))
+        return 0
     tail = f", loss {last.loss:.6f}" if last else ""
     print(f"train digest {digest} (step {t.step} of {c.steps}{tail})")
     return 0
