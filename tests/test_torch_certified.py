@@ -45,17 +45,20 @@ def f(x):
 
 # -- routed ops: each against the mojolike entry point, on the oracle -------------------------
 def c_mm():
-    a, b, w = rnd(3, 40), rnd(40, 2, seed=1), rnd(5, 40, seed=2)
-    return ((A.mm(T(a), T(b)), A.mm(T(a), T(w).t()), A.mm(T(a).t(), T(a))),  # x @ W.t(): linear
+    a, b, w, s = rnd(3, 1500) * f(100), rnd(1500, 2, seed=1), rnd(5, 1500, seed=2), rnd(3, 40)
+    return ((A.mm(T(a), T(b)), A.mm(T(a), T(w).t()), A.mm(T(s).t(), T(s))),  # x @ W.t(), g.t() @ x
             (mojolike.matmul(a, b, **O), mojolike.matmul(a, np.ascontiguousarray(w.T), **O),
-             mojolike.matmul(np.ascontiguousarray(a.T), a, **O)))
+             mojolike.matmul(np.ascontiguousarray(s.T), s, **O)))
 
 
 def c_addmm():
     bias, a, b, w = rnd(2, seed=2), rnd(3, 40), rnd(40, 2, seed=1), rnd(2, 40, seed=3)
-    return ((A.addmm(T(bias), T(a), T(b)), A.addmm(T(bias), T(a), T(w).t())),
+    full = rnd(3, 2, seed=4)
+    return ((A.addmm(T(bias), T(a), T(b)), A.addmm(T(bias), T(a), T(w).t()),
+             A.addmm(T(full), T(a), T(b))),
             (mojolike.matmul(a, b, **O) + bias,
-             mojolike.matmul(a, np.ascontiguousarray(w.T), **O) + bias))
+             mojolike.matmul(a, np.ascontiguousarray(w.T), **O) + bias,
+             mojolike.matmul(a, b, **O) + full))
 
 
 def c_bmm():

@@ -73,18 +73,22 @@ def _kw(m) -> dict:
 
 
 # -- matmul ------------------------------------------------------------------------------------
-def _weight_t(b: torch.Tensor) -> bool:
-    """b is W.t() for a C-contiguous W (nn.Linear's weight): then y = x W^T is
-    `mojolike.linear(x, W)`, the same fold (clause 8 and contracts/layers.md: fold over k
-    ascending of the rounded products, then one rounding for the bias), without the two
-    transposing copies matmul would make."""
-    return b.ndim == 2 and not b.is_contiguous() and b.t().is_contiguous()
+def _nt(b: torch.Tensor) -> np.ndarray:
+    """b (K, N) as the (N, K) rows gemm's second operand reads: b.t() in C order (no copy for
+    nn.Linear's W.t(); torch's blocked transposing copy otherwise, exact)."""
+    return as_np(b.t())
 
 
 def mm(m, args, kwargs):
+    # y = a @ b is mojolike.linear(a, b^T): the same fold as mojolike.matmul (clause 8 and
+    # contracts/layers.md: over k ascending of the rounded products; tested equal on the
+    # oracle), with the transposing copies done by torch rather than by numpy
     a, b = args[:2]
-    if _weight_t(b):
-        return as_t(linear(as_np(a), b.t().detach().numpy(), **_kw(m)))
+    return as_t(linear(as_np(a), _nt(b), **_kw(m)))
+
+
+def bmm(m, args, kwargs):
+    a, b = args[:2]
     return as_t(matmul(as_np(a), as_np(b), **_kw(m)))
 
 
@@ -92,9 +96,9 @@ def addmm(m, args, kwargs):
     bias, a, b = args[:3]
     _unit("aten.addmm", "beta", kwargs.get("beta", 1), 1)
     _unit("aten.addmm", "alpha", kwargs.get("alpha", 1), 1)
-    if _weight_t(b) and bias.ndim == 1:
-        return as_t(linear(as_np(a), b.t().detach().numpy(), as_np(bias), **_kw(m)))
-    y = matmul(as_np(a), as_np(b), **_kw(m))
+    if bias.ndim == 1 and bias.shape[0] == b.shape[1]:  # + bias[j], one rounding (linear's)
+        return as_t(linear(as_np(a), _nt(b), as_np(bias), **_kw(m)))
+    y = linear(as_np(a), _nt(b), **_kw(m))
     return as_t(np.add(y, as_np(bias), dtype=np.float32))  # one rounding per element
 
 
@@ -313,7 +317,13 @@ def _reduce(m, args, kwargs, fn, name):
     dims = tuple(range(a.ndim)) if dim is None else tuple(sorted({int(d) % a.ndim for d in dim}))
     if dim is not None and len(dims) != len(dim):
         return as_t(np.asarray(fn(a, tuple(dim), keepdim, **_kw(m)), np.float32))  # its refusal
-    y = row_folds(m, a, dims)
+    keep = tuple(d for d in range(a.ndim) if d not in dims)
+    if keep + dims != tuple(range(a.ndim)):  # reduced dims moved last by torch's blocked copy
+        moved = as_np(x.permute(keep + dims))
+        shape = tuple(1 if d in dims else a.shape[d] for d in range(a.ndim))
+        y = row_folds(m, moved, tuple(range(len(keep), a.ndim))).reshape(shape)
+    else:
+        y = row_folds(m, a, dims)
     if fn is mean:  # mojolike.mean: the sum divided by binary32(n), one rounding
         n = np.float32(int(np.prod([a.shape[d] for d in dims], dtype=np.int64)))
         with np.errstate(all="ignore"):

@@ -69,11 +69,11 @@ _FOLDS = "its bits, computed as mojolike.linear with a row of ones (the same fol
 
 def _routes() -> dict[str, Op]:
     return {
-        "aten.mm.default": Op(r.mm, "mojolike.matmul",
-                              note="x @ W.t(): mojolike.linear(x, W), the same fold"),
-        "aten.addmm.default": Op(r.addmm, "mojolike.matmul, then + bias (one rounding)",
-                                 note="beta=1, alpha=1 only; x @ W.t() + b: mojolike.linear"),
-        "aten.bmm.default": Op(r.mm, "mojolike.matmul"),
+        "aten.mm.default": Op(r.mm, "mojolike.matmul's bits, as mojolike.linear(a, b.t())",
+                              note="the same fold; b.t() made contiguous by torch (exact)"),
+        "aten.addmm.default": Op(r.addmm, "mojolike.linear(a, b.t(), bias): the fold, then "
+                                          "+ bias (one rounding)", note="beta=1, alpha=1 only"),
+        "aten.bmm.default": Op(r.bmm, "mojolike.matmul"),
         "aten.embedding.default": Op(r.embedding_fwd, "mojolike.embedding"),
         "aten.embedding_dense_backward.default": Op(r.embedding_bwd,
                                                     "mojolike.embedding_backward"),
