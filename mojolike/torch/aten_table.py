@@ -13,7 +13,7 @@ exact per element (the result is the correctly rounded binary32 of one operation
 operands, or a copy), so it is the same whatever torch's vectorization or thread count.
 
 >>> from mojolike.torch.aten_table import TABLE
->>> TABLE["aten.mm.default"].maps_to
+>>> TABLE["aten.bmm.default"].maps_to
 'mojolike.matmul'
 >>> TABLE["aten.add.Tensor"].route is None
 True
