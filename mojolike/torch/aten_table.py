@@ -23,10 +23,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+from ..core.entry import declared
 from ..core.refusals import refuse
 from . import aten_routes as r
 
 ENTRY = r.ENTRY
+
+
+def _name(fn) -> str:
+    """The entry point's name as its declaration spells it (the one place it is spelled)."""
+    return declared(fn).name
 PASS_THROUGH = "pass-through: one IEEE op per element"
 PASS_COPY = "pass-through: a copy, view or fill (no arithmetic)"
 
@@ -73,37 +79,37 @@ def _routes() -> dict[str, Op]:
                               note="the same fold; b.t() made contiguous by torch (exact)"),
         "aten.addmm.default": Op(r.addmm, "mojolike.linear(a, b.t(), bias): the fold, then "
                                           "+ bias (one rounding)", note="beta=1, alpha=1 only"),
-        "aten.bmm.default": Op(r.bmm, "mojolike.matmul"),
-        "aten.embedding.default": Op(r.embedding_fwd, "mojolike.embedding"),
+        "aten.bmm.default": Op(r.bmm, _name(r.matmul)),
+        "aten.embedding.default": Op(r.embedding_fwd, _name(r.embedding)),
         "aten.embedding_dense_backward.default": Op(r.embedding_bwd,
-                                                    "mojolike.embedding_backward"),
+                                                    _name(r.embedding_backward)),
         "aten.native_layer_norm.default": Op(
-            r.native_layer_norm, "mojolike.layer_norm",
+            r.native_layer_norm, _name(r.layer_norm),
             note="the saved mean and rstd: the folds of x and of (x-mean)^2 / D, 1/sqrt(var+eps)"),
         "aten.native_layer_norm_backward.default": Op(
-            r.native_layer_norm_bwd, "mojolike.layer_norm_backward",
+            r.native_layer_norm_bwd, _name(r.layer_norm_backward),
             note="its forward must have run under the same certified() (for eps)"),
-        "aten._softmax.default": Op(r.softmax_fwd, "mojolike.softmax"),
-        "aten._log_softmax.default": Op(r.log_softmax_fwd, "mojolike.log_softmax"),
-        "aten._softmax_backward_data.default": Op(r.softmax_bwd, "mojolike.softmax_backward"),
+        "aten._softmax.default": Op(r.softmax_fwd, _name(r.softmax)),
+        "aten._log_softmax.default": Op(r.log_softmax_fwd, _name(r.log_softmax)),
+        "aten._softmax_backward_data.default": Op(r.softmax_bwd, _name(r.softmax_backward)),
         "aten._log_softmax_backward_data.default": Op(r.log_softmax_bwd,
-                                                      "mojolike.log_softmax_backward"),
-        "aten.gelu.default": Op(r.gelu_fwd, "mojolike.gelu", note="approximate none and tanh"),
-        "aten.gelu_backward.default": Op(r.gelu_bwd, "mojolike.gelu_backward"),
+                                                      _name(r.log_softmax_backward)),
+        "aten.gelu.default": Op(r.gelu_fwd, _name(r.gelu), note="approximate none and tanh"),
+        "aten.gelu_backward.default": Op(r.gelu_bwd, _name(r.gelu_backward)),
         "aten.nll_loss_forward.default": Op(
             r.nll_loss_fwd, "mojolike.sum of -logp[i, target_i] (then / count for mean)",
             note="weight=None only"),
         "aten.nll_loss_backward.default": Op(r.nll_loss_bwd,
                                              "-grad (/ total_weight for mean) at the targets"),
         "aten._scaled_dot_product_flash_attention_for_cpu.default": Op(
-            r.sdpa_fwd, "mojolike.scaled_dot_product_attention",
+            r.sdpa_fwd, _name(r.scaled_dot_product_attention),
             note="dropout_p=0 only; the logsumexp output is NaN (not computed)"),
         "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": Op(
-            r.sdpa_bwd, "mojolike.scaled_dot_product_attention_backward"),
-        "aten.sum.default": Op(r.sum_fwd, "mojolike.sum", note=_FOLDS + "; integer inputs: torch's, exact"),
-        "aten.sum.dim_IntList": Op(r.sum_fwd, "mojolike.sum", note=_FOLDS + "; integer inputs: torch's, exact"),
-        "aten.mean.default": Op(r.mean_fwd, "mojolike.mean", note=_FOLDS),
-        "aten.mean.dim": Op(r.mean_fwd, "mojolike.mean", note=_FOLDS),
+            r.sdpa_bwd, _name(r.scaled_dot_product_attention_backward)),
+        "aten.sum.default": Op(r.sum_fwd, _name(r.fold_sum), note=_FOLDS + "; integer inputs: torch's, exact"),
+        "aten.sum.dim_IntList": Op(r.sum_fwd, _name(r.fold_sum), note=_FOLDS + "; integer inputs: torch's, exact"),
+        "aten.mean.default": Op(r.mean_fwd, _name(r.mean), note=_FOLDS),
+        "aten.mean.dim": Op(r.mean_fwd, _name(r.mean), note=_FOLDS),
         "aten.exp.default": Op(r.exp_fwd, "mojolike.math.expf (correctly rounded)"),
         "aten.tanh.default": Op(r.tanh_fwd, "mojolike.math.tanhf (correctly rounded)"),
         "aten.tanh_backward.default": Op(r.tanh_bwd, "grad * (1 - y*y), three roundings"),

@@ -65,9 +65,10 @@ def tie(head: np.ndarray, head_parts: list, emb: np.ndarray) -> np.ndarray:
     return binary(np.add, head, emb)
 
 
-def for_config(c, on: dict | None = None):
-    """The TrainModel of configuration `c` (its model built on `on`'s backend when given)."""
-    return (GPTTrain if c.model == "gpt" else TinyTrain)(c, on)
+def for_config(c, on: dict | None = None, entry: str = ""):
+    """The TrainModel of configuration `c` (its model built on `on`'s backend when given;
+    `entry` names the caller in the eager ops' refusals)."""
+    return (GPTTrain if c.model == "gpt" else TinyTrain)(c, on, entry)
 
 
 class TinyTrain:
@@ -75,7 +76,7 @@ class TinyTrain:
 
     decay, no_decay, on_tape, overflow_cell = TINY_DECAY, TINY_NO_DECAY, TINY_ON_TAPE, "fc2.weight"
 
-    def __init__(self, c, on):
+    def __init__(self, c, on, entry: str = ""):
         self.c, self.on = c, on
         if on is not None:
             self.model = TinyLM(c.d_model, c.d_hidden, c.vocab, c.dropout, None, c.chunk_size,
@@ -136,7 +137,7 @@ class GPTTrain:
 
     overflow_cell = "transformer.h.0.mlp.c_proj.weight"
 
-    def __init__(self, c, on):
+    def __init__(self, c, on, entry: str = ""):
         self.c, self.on = c, on
         self.config = {"vocab_size": c.vocab, "block_size": c.seq_len, "n_layer": c.n_layer,
                        "n_head": c.n_head, "n_embd": c.n_embd, "bias": True}
@@ -147,7 +148,7 @@ class GPTTrain:
         if on is not None:
             self.model = GPT(c.vocab, c.seq_len, c.n_layer, c.n_head, c.n_embd, c.dropout,
                              True, seed=c.seed, **on)
-            self._eager = _Eager("mojolike.train.Trainer", on["backend"], on["numeric_mode"])
+            self._eager = _Eager(entry, on["backend"], on["numeric_mode"])
 
     def describe(self) -> str:
         c = self.c

@@ -143,7 +143,7 @@ class Trainer:
             refuse(e, "seq_len", f"must be at most {len(self.stream) - 1} (one window of the text)",
                    value=c.seq_len)
         train_models.for_config(c).check_memory(e, memory_budget)  # before the model is built
-        self.train_model = tm = train_models.for_config(c, on)
+        self.train_model = tm = train_models.for_config(c, on, e)
         self.model = tm.model
         p = dict(self.model.named_parameters())
         self.schedule = WarmupCosineLR(c.lr, warmup_steps=c.warmup_steps, total_steps=c.steps,
