@@ -53,6 +53,9 @@ STATED = [
     ("opt = mojolike.torch.optim.AdamW(model.parameters(), lr=1e-2)",
      lambda ns: sorted(ns["opt"].state_dict()["state"][0]) == ["exp_avg", "exp_avg_sq", "step"]
      and ns["opt"].param_groups[0]["lr"] == 1e-2 and int(ns["opt"].state_dict()["state"][0]["step"]) == 3),
+    ("with mojolike.torch.certified(backend=\"cpu-numba\", numeric_mode=\"identical\") as mode:",
+     lambda ns: ns["mode"].calls["aten.addmm.default"] == 1
+     and ns["said"] == "mojolike.torch.certified: aten.cumsum.default is not certified"),
     ("assert alone == ([new[1]], [logprobs[1]])",
      lambda ns: len(ns["logprobs"][1]) == 8),
 ]
