@@ -123,8 +123,12 @@ def _scale_value(entry: str, name: str, v, *, zero: bool = False) -> float:
 _INT32_MAX = 2**31 - 1  # torch's growth interval and tracker are int32
 
 
-def _interval(entry: str, v) -> int:
-    return checks.integer(entry, "growth_interval", v, low=1, high=_INT32_MAX)
+def _interval(entry: str, v, name: str = "growth_interval") -> int:
+    return checks.integer(entry, name, v, low=1, high=_INT32_MAX)
+
+
+# the state_dict keys of the window, present when check_interval > 1 (torch's keys otherwise)
+_WINDOW_KEYS = ("check_interval", "_window_steps", "_window_found")
 
 
 def _inverse(scale: float) -> float:
@@ -176,12 +180,42 @@ class GradScaler:
     (2.0, array([1., 2.], dtype=float32))
     >>> scaler.step(opt, np.float32([2.0, -2.0])); scaler.update(); scaler.get_scale(), w
     (2.0, array([0.5, 2.5], dtype=float32))
+
+    check_interval=k > 1, the windowed loss scale (OCANNL's gated step): the iterations
+    (update() calls) fall into windows of k. Every step still gates itself: it is skipped,
+    writing nothing, exactly when its own checksum says so (the same decision as with
+    k = 1, from the same bits), and the decision is also OR-ed into a sticky window flag
+    (a 1-element array). The host acts on the flag only at the window's k-th update():
+    it reads and clears it, then multiplies the scale by backoff_factor once if any step
+    of the window was skipped (the growth tracker goes to 0), else credits the window's
+    k iterations to the tracker and, once the tracker reaches growth_interval or more,
+    multiplies the scale by growth_factor (never to inf) and sets the tracker to 0. The
+    other updates change neither the scale nor the tracker. So, against k = 1, on the
+    same gradients: the scale changes only at updates k, 2k, 3k, ...; the steps of a
+    window all use the scale of its start, so after an overflow the rest of the window
+    runs at the scale that overflowed (it may skip more steps than k = 1 would); a
+    window with several skipped steps backs off once, not once per skip; the clean
+    steps of a window that also skipped one are not credited (k = 1 credits those after
+    the skip); growth comes at the end of the first clean window whose credit reaches
+    growth_interval (with no overflow and growth_interval a multiple of k: the same
+    updates as k = 1), and a tracker above the interval grows at the next clean window
+    (k = 1 would never grow again, torch's ==). update(new_scale) sets the scale and
+    leaves the window (its count and flag) as it is. k = 1 is torch's scheme exactly.
+    state_dict adds check_interval, _window_steps and _window_found when k > 1; saved
+    between update() and the next step, a reload resumes mid-window with the same bits.
+
+    >>> scaler = mojolike.GradScaler(init_scale=4.0, check_interval=2)
+    >>> opt = mojolike.SGD(w, lr=0.5, backend="oracle")
+    >>> scaler.step(opt, np.float32([4.0, np.inf])); scaler.update(); scaler.get_scale(), w
+    (4.0, array([0.5, 2.5], dtype=float32))
+    >>> scaler.step(opt, np.float32([4.0, 4.0])); scaler.update(); scaler.get_scale(), w
+    (2.0, array([0., 2.], dtype=float32))
     """
 
     @entry_point(torch=("device",))
     def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
-                 growth_interval=2000, enabled=True, *, backend=None, numeric_mode=None, entry,
-                 **unknown):
+                 growth_interval=2000, enabled=True, check_interval=1, *, backend=None,
+                 numeric_mode=None, entry, **unknown):
         e = entry
         self._enabled = checks.switch(e, "enabled", enabled)
         self._scale = _scale_value(e, "init_scale", init_scale)
@@ -189,6 +223,9 @@ class GradScaler:
         self._backoff_factor = _factor(e, "backoff_factor", backoff_factor, above_one=False)
         self._growth_interval = _interval(e, growth_interval)
         self._growth_tracker = 0
+        self._check_interval = _interval(e, check_interval, "check_interval")
+        self._window_steps = 0  # the updates of the current window so far, < check_interval
+        self._window_flag = np.zeros(1, np.uint8)  # sticky: some step of the window skipped
         if backend is not None or numeric_mode is not None:
             registry.resolve(e, backend, numeric_mode)  # a bad name is refused here, not later
         self._backend, self._numeric_mode = backend, numeric_mode
@@ -237,6 +274,8 @@ class GradScaler:
         # the optimizer is held so that its id stays its own until update()
         self._states[id(optimizer)] = {"stage": stage, "found_inf": found_inf,
                                        "optimizer": optimizer}
+        if self._check_interval > 1 and stage == _STEPPED:  # the window's sticky flag
+            np.bitwise_or(self._window_flag, np.uint8(found_inf), out=self._window_flag)
 
     # -- unscale_, step, update -------------------------------------------------------------------
     @entry_point()
@@ -363,7 +402,9 @@ class GradScaler:
                 refuse(e, "step", "was not called for any optimizer since the last update(), so "
                                   "there is no inf check to act on; pass new_scale to set the "
                                   "scale instead")
-            if any(found):
+            if self._check_interval > 1:
+                self._window_update()
+            elif any(found):
                 self._scale = f32.round_float(self._scale * self._backoff_factor)
                 self._growth_tracker = 0
             else:
@@ -378,6 +419,28 @@ class GradScaler:
                     # it again, as in torch; it stops at int32's top rather than wrap
                     self._growth_tracker = min(successful, _INT32_MAX)
         self._states = {}
+
+    def _window_update(self) -> None:
+        """check_interval > 1: count the update; at the window's last, read and clear the
+        sticky flag, then back off once or credit the window's updates (the class doc)."""
+        self._window_steps += 1
+        if self._window_steps < self._check_interval:
+            return
+        overflowed = bool(self._window_flag[0])
+        self._window_flag[0] = 0
+        self._window_steps = 0
+        if overflowed:
+            self._scale = f32.round_float(self._scale * self._backoff_factor)
+            self._growth_tracker = 0
+            return
+        credit = self._growth_tracker + self._check_interval
+        if credit >= self._growth_interval:
+            grown = f32.round_float(self._scale * self._growth_factor)
+            if math.isfinite(grown):  # never grow to inf
+                self._scale = grown
+            self._growth_tracker = 0
+        else:
+            self._growth_tracker = credit
 
     # -- accessors and state ----------------------------------------------------------------------
     @entry_point()
@@ -410,23 +473,35 @@ class GradScaler:
         self._growth_interval = _interval(entry, new_interval)
 
     @entry_point()
+    def get_check_interval(self, **unknown) -> int:
+        """k: the scale is adjusted at every k-th update() (1: every update, torch's scheme)."""
+        return self._check_interval
+
+    @entry_point()
     def is_enabled(self, **unknown) -> bool:
         return self._enabled
 
     @entry_point()
     def state_dict(self, **unknown) -> dict:
         """torch's keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker
-        (an empty dict when disabled); load_state_dict takes every state update() can reach."""
+        (an empty dict when disabled), and with check_interval > 1 the window: check_interval,
+        _window_steps (its updates so far) and _window_found (its sticky flag, a bool);
+        load_state_dict takes every state update() can reach."""
         if not self._enabled:
             return {}
-        return {"scale": self._scale, "growth_factor": self._growth_factor,
-                "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
-                "_growth_tracker": self._growth_tracker}
+        out = {"scale": self._scale, "growth_factor": self._growth_factor,
+               "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
+               "_growth_tracker": self._growth_tracker}
+        if self._check_interval > 1:
+            out.update(check_interval=self._check_interval, _window_steps=self._window_steps,
+                       _window_found=bool(self._window_flag[0]))
+        return out
 
     @entry_point()
     def load_state_dict(self, state_dict, *, entry, **unknown) -> None:
         """Restore a state_dict(); every entry is checked before any is set (a no-op when
-        disabled)."""
+        disabled). Without the window keys (torch's state, or a check_interval = 1 scaler's)
+        the scaler keeps its check_interval and starts an empty window."""
         e = entry
         if not self._enabled:
             return
@@ -437,6 +512,8 @@ class GradScaler:
             refuse(e, "state_dict", "is empty, possibly because it was saved from a disabled "
                                     "GradScaler")
         want = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
+        if any(key in state_dict for key in _WINDOW_KEYS):
+            want |= set(_WINDOW_KEYS)
         extra, missing = sorted(map(str, set(state_dict) - want)), sorted(want - set(state_dict))
         if extra:
             refuse(e, extra[0], f"is not part of a GradScaler state; the keys are "
@@ -449,5 +526,19 @@ class GradScaler:
         interval = _interval(e, state_dict["growth_interval"])
         tracker = checks.integer(e, "_growth_tracker", state_dict["_growth_tracker"], low=0,
                                  high=_INT32_MAX)
+        check, steps, found = self._check_interval, 0, False
+        if "check_interval" in state_dict:
+            check = _interval(e, state_dict["check_interval"], "check_interval")
+            steps = checks.integer(e, "_window_steps", state_dict["_window_steps"], low=0,
+                                   high=check - 1)
+            found = state_dict["_window_found"]
+            if not isinstance(found, (bool, np.bool_)):
+                refuse(e, "_window_found", f"must be a bool, not {type(found).__name__}",
+                       value=found)
+            if check == 1 and found:
+                refuse(e, "_window_found", "must be False with check_interval 1 (there is no "
+                                           "window)", value=found)
         self._scale, self._growth_factor, self._backoff_factor = scale, growth, backoff
         self._growth_interval, self._growth_tracker = interval, tracker
+        self._check_interval, self._window_steps = check, steps
+        self._window_flag[0] = bool(found)
