@@ -56,6 +56,8 @@ STATED = [
     ("with mojolike.torch.certified(backend=\"cpu-numba\", numeric_mode=\"identical\") as mode:",
      lambda ns: ns["mode"].calls["aten.addmm.default"] == 1
      and ns["said"] == "mojolike.torch.certified: aten.cumsum.default is not certified"),
+    ("scaler = mojolike.GradScaler(init_scale=4.0, check_interval=2)",
+     lambda ns: ns["scaler"].get_scale() == 2.0 and ns["w"].tolist() == [0.5, 1.5]),
     ("assert alone == ([new[1]], [logprobs[1]])",
      lambda ns: len(ns["logprobs"][1]) == 8),
 ]
