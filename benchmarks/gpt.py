@@ -141,18 +141,11 @@ def generate_case(backend: str, repeat: int, tmp: Path) -> None:
           f"{same:.1%}")
 
 
-def _hwm_kib() -> int:
+def _status_kib(field: str) -> int:
+    """A memory field of /proc/self/status (VmHWM: the peak resident size, VmRSS: now), KiB."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return -1
-
-
-def _rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return -1
 
@@ -168,12 +161,12 @@ def one_big_step(side: str, backend: str, tmp: Path) -> dict:
     tokens, targets = batch(BIG, 1, 256, 2)
     ours_step, torch_step = step_functions(ours, theirs, backend, tokens, targets)
     fn = ours_step if side == "mojolike" else torch_step
-    before = _rss_kib()
+    before = _status_kib("VmRSS")
     fn()
     t = time.perf_counter()
     fn()
     seconds = time.perf_counter() - t
-    return {"seconds": seconds, "rss_before_mib": before / 1024, "hwm_mib": _hwm_kib() / 1024}
+    return {"seconds": seconds, "rss_before_mib": before / 1024, "hwm_mib": _status_kib("VmHWM") / 1024}
 
 
 def big_case(backend: str, tmp: Path) -> None:
