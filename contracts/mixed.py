@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import ml_dtypes
 import numpy as np
 
+from ..core.checks import CAST_TYPES
 from ..ops import layers, transformer
 from ..ops import mixed as api
 from ..oracles import f32
@@ -22,7 +22,9 @@ from .harness import refusal_clause, with_1_and_2_threads
 NAME = "mixed"
 FAMILY = "mixed"
 PROFILE = "mojolike.identical.mixed.v1"
-CAST = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+REQUIRES = ("ml_dtypes", None)  # bfloat16 is ml_dtypes' numpy type (a dependency, not an extra)
+BF16 = CAST_TYPES.get("bfloat16")  # None only where ml_dtypes is missing: the suite is not run
+CAST = {"bfloat16": BF16, "float16": np.float16}
 THREAD_N = 1 << 22
 
 SPECIALS = (0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF800000,
@@ -221,14 +223,14 @@ def _refusal_table(backend: str):
         ("dtype", cast(x, "float64")),
         ("dtype", cast(x, np.int8)),
         ("dtype", cast(x, "float32")),
-        ("dtype", cast(h, ml_dtypes.bfloat16)),
-        ("out", cast(x, "float16", out=np.empty(4, ml_dtypes.bfloat16))),
+        ("dtype", cast(h, BF16)),
+        ("out", cast(x, "float16", out=np.empty(4, BF16))),
         ("out", cast(x, "float16", out=np.empty(3, np.float16))),
         ("out", cast(x, "float16", out=frozen)),
-        ("x and out", cast(both, "bfloat16", out=both.view(ml_dtypes.bfloat16)[:4])),
+        ("x and out", cast(both, "bfloat16", out=both.view(BF16)[:4])),
         ("rounding", cast(x, "float16", rounding="stochastic")),
     ]
-    xb, hw = x.reshape(2, 2).astype(ml_dtypes.bfloat16), h.reshape(2, 2)
+    xb, hw = x.reshape(2, 2).astype(BF16), h.reshape(2, 2)
     on = {"backend": backend}
     table += [
         ("x", lambda: layers.linear(xb, x.reshape(2, 2), **on)),

@@ -121,6 +121,8 @@ def _lacking(suite) -> str:
     need, extra = getattr(suite, "REQUIRES", (None, None))
     if need is None or importlib.util.find_spec(need) is not None:
         return ""
+    if extra is None:  # a dependency missing from an install made without deps
+        return f"{need} is not installed: pip install {need.replace('_', '-')}"
     return f"{need} is not installed: pip install 'mojolike[{extra}]'"
 
 

@@ -166,3 +166,19 @@ def _train_json(tmp_path, capsys):
     assert "--threads 0 is not a thread count" in capsys.readouterr().err
     assert cli.main(["train", "--steps", "2", "--out", str(tmp_path / "c"), "--numeric-mode", "exact"]) == 2
     assert "numeric_mode" in capsys.readouterr().err
+
+
+def test_without_ml_dtypes_the_mixed_suite_is_left_out_by_name_and_bfloat16_is_refused(tmp_path, capsys,
+                                                                                       monkeypatch):
+    import importlib.util
+
+    from mojolike.core import checks
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "ml_dtypes" else real(n, *a))
+    assert cli.main(["certify", "--backend", "oracle", "--suite", "mixed", "--out", str(tmp_path)]) == 2
+    assert "ml_dtypes is not installed: pip install ml-dtypes" in capsys.readouterr().err
+    monkeypatch.setattr(checks, "ml_dtypes", None)
+    monkeypatch.setattr(checks, "CAST_TYPES", {k: v for k, v in checks.CAST_TYPES.items() if k != "bfloat16"})
+    with pytest.raises(mojolike.Refusal) as e:
+        checks.cast_dtype("mojolike.cast", "dtype", "bfloat16")
+    assert e.value.option == "dtype" and "pip install ml-dtypes" in e.value.reason

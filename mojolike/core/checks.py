@@ -27,7 +27,6 @@ import numbers
 import os
 from fractions import Fraction
 
-import ml_dtypes
 import numpy as np
 
 from ..oracles import f32
@@ -235,7 +234,12 @@ def _allocate(make, entry: str, name: str, dims, dtype) -> np.ndarray:
 
 # -- the casts' buffers (mojolike.cast): float32 and the two 16-bit storage types --------------
 # dtype name -> the numpy dtype; bfloat16 is ml_dtypes' (the numpy extension type JAX uses)
-CAST_TYPES = {"float32": F32, "bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype("<f2")}
+try:
+    import ml_dtypes
+except ImportError:  # a dependency, absent only from an install without deps: bfloat16 is refused
+    ml_dtypes = None
+CAST_TYPES = {"float32": F32, **({"bfloat16": np.dtype(ml_dtypes.bfloat16)} if ml_dtypes else {}),
+              "float16": np.dtype("<f2")}
 
 
 def cast_dtype(entry: str, name: str, v) -> str:
@@ -247,6 +251,9 @@ def cast_dtype(entry: str, name: str, v) -> str:
     except TypeError:
         d = None
     got = next((k for k, t in CAST_TYPES.items() if d == t), None)
+    if got is None and ml_dtypes is None and (v == "bfloat16" or "bfloat16" in str(v)):
+        refuse(entry, name, "needs the ml_dtypes package (bfloat16 buffers are its numpy type), "
+                            "which is not installed: pip install ml-dtypes", value=v)
     if got is None:
         refuse(entry, name, "is not covered; choose one of 'float32', 'bfloat16' "
                             "(ml_dtypes.bfloat16) and 'float16' (numpy.float16)", value=v)
