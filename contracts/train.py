@@ -34,8 +34,9 @@ from ..training.checkpoint import write as write_checkpoint
 from ..training.models import TinyLM
 from ..training.trainer import TrainConfig, Trainer
 from . import train_gpt
-from .harness import refusal_clause, with_1_and_2_threads
+from .harness import refusal_clause
 from .layers import known_fallback  # noqa: F401  (clause (a): the head's expf/logf)
+from .train_runs import on_1_and_2_threads, split_against_batch
 
 NAME = "train"
 FAMILY = "layers"  # the thread count lives with every family's kernels of a backend
@@ -137,12 +138,6 @@ def _resume(backend: str) -> tuple[bool, str]:
                              else f"DIFFERS: {diff}"))
 
 
-def _run_outputs(backend: str, **config) -> list[tuple[str, bytes]]:
-    t = Trainer(TrainConfig(**config), backend=backend)
-    t.run()
-    return [(name, a.tobytes()) for name, a in t.outputs()]
-
-
 def _aligned(backend: str) -> tuple[bool, str]:
     """Two aligned microbatches give every record and final value of one batch."""
     if backend == "cuda-sim":
@@ -151,23 +146,20 @@ def _aligned(backend: str) -> tuple[bool, str]:
                       "call); its kernels equal the oracle's by clause (a), on the oracle the "
                       "split equals the batch")
     cfg = ALIGNED_SMALL if backend == "oracle" else ALIGNED
-    two = _run_outputs(backend, microbatches=2, **cfg)
-    one = _run_outputs(backend, microbatches=1, **cfg)
-    same = two == one
+    same, differ = split_against_batch(backend, cfg)
     what = (f"{cfg['steps']} step(s) of {cfg['batch_size'] * cfg['seq_len']} tokens, d_model "
             f"{cfg['d_model']}, vocab {cfg['vocab']}")
     return same, (f"two aligned microbatches of 1024 tokens ({what}): "
                   + ("every record and final value equals one batch's" if same else
-                     f"DIFFER from one batch at {[n for (n, a), (_, b) in zip(two, one) if a != b][:4]}"))
+                     f"DIFFER from one batch at {differ[:4]}"))
 
 
 def _threads(k) -> tuple[bool, str]:
     if not hasattr(k, "set_num_threads"):
         return True, f"{k.backend} has no host thread count"
-    seen, why = with_1_and_2_threads(k, lambda: _run_outputs(k.backend, microbatches=2, **ALIGNED))
-    if seen is None:
+    same, why = on_1_and_2_threads(k, ALIGNED)
+    if same is None:
         return False, why
-    same = seen[0] == seen[1]
     return same, (f"{ALIGNED['steps']} steps of {ALIGNED['batch_size'] * ALIGNED['seq_len']} "
                   f"tokens, d_model {ALIGNED['d_model']}: 1 and 2 threads "
                   + ("give the same records and final values" if same else "DIFFER"))

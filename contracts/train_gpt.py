@@ -26,7 +26,7 @@ from ..training import generate as generate_mod
 from ..training import train_models
 from ..training.gpt import GPT
 from ..training.trainer import TrainConfig, Trainer
-from .harness import with_1_and_2_threads
+from .train_runs import on_1_and_2_threads, split_against_batch
 from .transformer import _CompletionOrderDq
 
 # 16 tokens per step in two microbatches of one 8-token row, n_embd 8: about 7 s per step on
@@ -105,36 +105,26 @@ def gpt_resume(backend: str) -> tuple[bool, str]:
                                           else f"DIFFERS: {diff}"))
 
 
-def _outputs(backend: str, **config) -> list[tuple[str, bytes]]:
-    t = Trainer(TrainConfig(**config), backend=backend)
-    t.run()
-    return [(name, a.tobytes()) for name, a in t.outputs()]
-
-
 def gpt_aligned(backend: str) -> tuple[bool, str]:
     if backend == "cuda-sim":
         return True, ("gpt aligned microbatches: not run on the simulator (2 x 1024 rows); its "
                       "kernels equal the oracle's by clause (a), on the oracle the split equals "
                       "the batch")
     cfg = GPT_ALIGNED_SMALL if backend == "oracle" else GPT_ALIGNED
-    two = _outputs(backend, microbatches=2, **cfg)
-    one = _outputs(backend, microbatches=1, **cfg)
-    same = two == one
+    same, differ = split_against_batch(backend, cfg)
     what = (f"{cfg['steps']} step(s) of {cfg['batch_size']} x {cfg['block_size']} tokens, n_embd "
             f"{cfg['n_embd']}, dropout {cfg['dropout']}")
     return same, (f"gpt: two aligned microbatches of 1024 tokens ({what}): "
                   + ("every record and final value equals one batch's" if same else
-                     f"DIFFER at {[n for (n, a), (_, b) in zip(two, one) if a != b][:4]}"))
+                     f"DIFFER at {differ[:4]}"))
 
 
 def gpt_threads(k) -> tuple[bool, str]:
     if not hasattr(k, "set_num_threads"):
         return True, f"gpt: {k.backend} has no host thread count"
-    seen, why = with_1_and_2_threads(k, lambda: _outputs(k.backend, microbatches=2,
-                                                         **GPT_ALIGNED))
-    if seen is None:
+    same, why = on_1_and_2_threads(k, GPT_ALIGNED)
+    if same is None:
         return False, why
-    same = seen[0] == seen[1]
     return same, ("gpt: the aligned run on 1 and 2 threads gives "
                   + ("the same records and final values" if same else "DIFFERENT values"))
 
