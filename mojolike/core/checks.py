@@ -130,6 +130,19 @@ def _as_array(entry: str, name: str, obj) -> np.ndarray:
         refuse(entry, name, f"has buffer format {view.format!r} that numpy cannot read ({e})")
 
 
+def _flat(entry: str, name: str, a: np.ndarray, read_only) -> np.ndarray:
+    """`a` as a 1-D view, refusing an empty or strided buffer and, when `read_only` is the
+    refusal's wording (not False), a read-only one."""
+    if a.size == 0:
+        refuse(entry, name, "is empty; at least one element is needed")
+    if not a.flags.c_contiguous:
+        refuse(entry, name, f"is not C-contiguous (strides {a.strides}); pass a contiguous "
+                            f"buffer, e.g. numpy.ascontiguousarray(...)")
+    if read_only and not a.flags.writeable:
+        refuse(entry, name, read_only)
+    return a.reshape(-1)
+
+
 def as_f32(entry: str, name: str, obj, *, writable: bool = False) -> np.ndarray:
     """A 1-D float32 view of `obj` (anything with the buffer protocol) in C order, without a
     copy; refuses other dtypes (a silent cast would certify bits the caller never had),
@@ -140,14 +153,7 @@ def as_f32(entry: str, name: str, obj, *, writable: bool = False) -> np.ndarray:
     if a.dtype != np.float32:
         refuse(entry, name, f"has dtype {a.dtype.name}; only float32 buffers are covered "
                             f"(float16, bfloat16 and float64 are not converted)")
-    if a.size == 0:
-        refuse(entry, name, "is empty; at least one element is needed")
-    if not a.flags.c_contiguous:
-        refuse(entry, name, f"is not C-contiguous (strides {a.strides}); pass a contiguous "
-                            f"buffer, e.g. numpy.ascontiguousarray(...)")
-    if writable and not a.flags.writeable:
-        refuse(entry, name, "is read-only but is updated in place")
-    return a.reshape(-1)
+    return _flat(entry, name, a, writable and "is read-only but is updated in place")
 
 
 def as_bool(entry: str, name: str, obj) -> np.ndarray:
@@ -271,11 +277,4 @@ def as_cast_buffer(entry: str, name: str, obj, *, writable: bool = False) -> tup
         refuse(entry, name, "is in non-native byte order; pass a native-order copy" if swapped else
                f"has dtype {a.dtype.name}; only float32, bfloat16 (ml_dtypes.bfloat16) and "
                f"float16 buffers are covered (float64 is not converted)")
-    if a.size == 0:
-        refuse(entry, name, "is empty; at least one element is needed")
-    if not a.flags.c_contiguous:
-        refuse(entry, name, f"is not C-contiguous (strides {a.strides}); pass a contiguous "
-                            f"buffer, e.g. numpy.ascontiguousarray(...)")
-    if writable and not a.flags.writeable:
-        refuse(entry, name, "is read-only but is written")
-    return a.reshape(-1), kind
+    return _flat(entry, name, a, writable and "is read-only but is written"), kind
