@@ -32,6 +32,8 @@ LEGEND = {
     "d": "the suite's own clause (resume or bandwidth: see its contract)",
     "e": "negative controls: every deliberate deviation changes the card (once per suite)",
     "f": "refusals: what the contract does not cover is refused by name",
+    "g": "an equivalence the suite states (mixed: a low-precision op equals the float32 op on "
+         "the widened inputs; train: generated log-probs equal the training forward's)",
     "k": "known answers published with the algorithm",
 }
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,6 +95,16 @@ def test_certify_prints_a_line_as_each_suite_and_backend_starts_and_ends_when_st
     assert "s in all" in captured.out
     assert f"e {LEGEND['e']}" in captured.out and f"a {LEGEND['a']}" in captured.out
 
+
+
+def test_every_clause_letter_a_contract_names_has_a_legend_entry():
+    import re
+    root = Path(cli.__file__).resolve().parents[1] / "contracts"
+    letters = set()
+    for md in root.glob("*.md"):
+        letters |= set(re.findall(r"^\d+\. \(([a-z])\)", md.read_text(), re.M))
+    assert {"a", "b", "g"} <= letters  # the scan reads the contracts' clause lines
+    assert letters <= set(LEGEND), sorted(letters - set(LEGEND))
 
 class _Terminal(io.StringIO):
     def isatty(self):
