@@ -45,19 +45,16 @@ from operator import add, mul, sub
 from operator import truediv as div
 
 import numpy as np
-from llvmlite import ir
 from numba import boolean, float32, int32, int64, njit, prange, types, uint8, uint64
-from numba.core.extending import intrinsic
 
 from . import rng
+from .attention_blocks import row_sums, row_total, vkeep  # noqa: F401 (vkeep: the backward)
 from .crmath import EXP_HUGE, EXP_TINY, _exp_elem
 from .fold import NEG_ZERO
 from .simd import vadd, vbutterfly, vload, vmul, vsplat, vstore, vsub
-from .simd import vec as _vec
 
 _STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: no contraction, no reassociation
 _jit = njit(inline="always", error_model="numpy")
-_plain = njit(error_model="numpy")  # left to LLVM: inlining the 32-lane tree in numba IR costs minutes of compile
 PRIMITIVES = ("add", "sub", "mul", "div")
 IN1 = types.Array(float32, 1, "C", readonly=True)
 MB = types.Array(uint8, 1, "C", readonly=True)
@@ -221,22 +218,7 @@ def _mark(counts, nheads, per_head, status):
 
 # -- vector pieces ------------------------------------------------------------------------------
 
-_V = ir.VectorType(ir.FloatType(), TILE)
-
-
-@intrinsic
-def vkeep(typingctx, flags, a):
-    """Lane by lane a where flags is nonzero, else -0.0 (a select: exact, the fold's identity)."""
-    if flags != _vec or a != _vec:
-        return None
-
-    def codegen(context, builder, sig, args):
-        on = builder.fcmp_unordered("!=", args[0], ir.Constant(_V, [0.0] * TILE))
-        return builder.select(on, args[1], ir.Constant(_V, [-0.0] * TILE))
-    return _vec(flags, a), codegen
-
-
-@_plain
+@_jit
 def _lane(x, xo, n, t, ld, col, lane):
     """Lane `lane` of the fold over e < n <= 1024 of x[xo + e] * t[e * ld + col + k], 16 k at once."""
     acc = vsplat(NEG_ZERO)
@@ -245,33 +227,22 @@ def _lane(x, xo, n, t, ld, col, lane):
     return acc
 
 
-# the butterfly depth first: level `off` of lane l is (level 2 off of l) + (level 2 off of l + off)
-@_plain
-def _b16(x, xo, n, t, ld, col, lane):
-    return vadd(_lane(x, xo, n, t, ld, col, lane), _lane(x, xo, n, t, ld, col, lane + 16))
-
-
-@_plain
-def _b8(x, xo, n, t, ld, col, lane):
-    return vadd(_b16(x, xo, n, t, ld, col, lane), _b16(x, xo, n, t, ld, col, lane + 8))
-
-
-@_plain
-def _b4(x, xo, n, t, ld, col, lane):
-    return vadd(_b8(x, xo, n, t, ld, col, lane), _b8(x, xo, n, t, ld, col, lane + 4))
-
-
-@_plain
-def _b2(x, xo, n, t, ld, col, lane):
-    return vadd(_b4(x, xo, n, t, ld, col, lane), _b4(x, xo, n, t, ld, col, lane + 2))
-
-
 @_jit
 def tile_dots(x, xo, n, t, ld, col, lanes, parts):
-    """The 16 dot products of `_dots16`, with the lanes in registers when n fits one chunk."""
-    if n <= 1024:
-        return vadd(_b2(x, xo, n, t, ld, col, 0), _b2(x, xo, n, t, ld, col, 1))
-    return _dots16(x, xo, n, t, ld, col, lanes, parts)
+    """The 16 dot products of `_dots16`. When n fits one chunk, the butterfly's first two levels
+    are made in registers four lanes at a time ((l + l16) + (l8 + l24) is level 8's lane l,
+    operands in the tree's order), the last three from the 8 stored values: no calls, one loop."""
+    if n > 1024:
+        return _dots16(x, xo, n, t, ld, col, lanes, parts)
+    for lane in range(8):
+        a = vadd(_lane(x, xo, n, t, ld, col, lane), _lane(x, xo, n, t, ld, col, lane + 16))
+        b = vadd(_lane(x, xo, n, t, ld, col, lane + 8), _lane(x, xo, n, t, ld, col, lane + 24))
+        vstore(lanes, 16 * lane, vadd(a, b))
+    c0 = vadd(vload(lanes, 0), vload(lanes, 64))
+    c1 = vadd(vload(lanes, 16), vload(lanes, 80))
+    c2 = vadd(vload(lanes, 32), vload(lanes, 96))
+    c3 = vadd(vload(lanes, 48), vload(lanes, 112))
+    return vadd(vadd(c0, c2), vadd(c1, c3))
 
 
 @_jit
@@ -354,14 +325,6 @@ def close_lanes(lanes, width, parts, c, nch):
     lanes[:32 * width] = NEG_ZERO
 
 
-@_jit
-def close_rows(lanes, rows, parts, c, nch):
-    """Chunk c's partials of `rows` folds whose 32 lanes are lanes[r * 32 + l]: parts[r * nch + c]."""
-    for r in range(rows):
-        parts[r * nch + c] = vbutterfly(vload(lanes, r * 32), vload(lanes, r * 32 + 16))
-    lanes[:32 * rows] = NEG_ZERO
-
-
 def transposed(x, sp):
     """(B, H, N, W) -> (B, H, sp / 16, W, 16): each tile of 16 keys (zero padded to sp) as W
     rows of 16, contiguous, so that a tile's loads stream (host side)."""
@@ -397,8 +360,8 @@ def _forward(q, kt, vt, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1
         dbuf = np.empty(TILE, np.float32)
         ebuf = np.empty(TILE, np.float32)
         cs = np.ones(TILE, np.float32)
-        ls = np.empty(32, np.float32)
-        lo_ = np.empty(32 * nev, np.float32)  # lo_[x * 32 + lane]
+        erow = np.empty(sp, np.float32)  # e_ij
+        wrow = np.empty(sp if dropout else 0, np.float32)  # w_ij = e_ij c_ij
         ps = np.empty(nch, np.float32)
         po = np.empty(nev * nch, np.float32)
         bad = 0
@@ -437,41 +400,17 @@ def _forward(q, kt, vt, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1
                 stats[so + 1] = ZERO
                 o[oo:oo + nev] = ZERO
                 continue
-            # pass 2: e_ij, and the fold states of S_i and o_i[d]
-            ls[:] = NEG_ZERO
-            lo_[:] = NEG_ZERO
-            cur = 0
+            # pass 2: e_ij (w_ij with dropout) for the row, then the folds of S_i and o_i[d]
             vmx = vsplat(mx)
             for g in range(0, nsi, TILE):
-                while cur < g // 1024:
-                    close_rows(ls, 1, ps, cur, nch)
-                    close_rows(lo_, nev, po, cur, nch)
-                    cur += 1
                 vstore(dbuf, 0, vsub(vload(srow, g), vmx))
                 bad += exp_tile(dbuf, ebuf, frow[g:g + TILE])
-                ev = vload(ebuf, 0)
+                vstore(erow, g, vload(ebuf, 0))
                 if dropout:
                     tile_keep(k0, k1, stream, p, keep_scale, (bh * nl + i) * ns, g, nsi, cs)
-                    wv = vmul(ev, vload(cs, 0))
-                else:
-                    wv = ev
-                half = g & 31
-                vo = vto + g * nev
-                if whole[g // TILE]:
-                    vstore(ls, half, vadd(vload(ls, half), ev))
-                    for x in range(nev):
-                        t = vmul(wv, vload(vt, vo + x * TILE))
-                        vstore(lo_, x * 32 + half, vadd(vload(lo_, x * 32 + half), t))
-                else:
-                    fv = vload(frow, g)
-                    vstore(ls, half, vadd(vload(ls, half), vkeep(fv, ev)))
-                    for x in range(nev):
-                        t = vkeep(fv, vmul(wv, vload(vt, vo + x * TILE)))
-                        vstore(lo_, x * 32 + half, vadd(vload(lo_, x * 32 + half), t))
-            while cur < nch:
-                close_rows(ls, 1, ps, cur, nch)
-                close_rows(lo_, nev, po, cur, nch)
-                cur += 1
+                    vstore(wrow, g, vmul(vload(ebuf, 0), vload(cs, 0)))
+            row_total(erow, frow, whole, nsi, nch, ps)
+            row_sums(wrow if dropout else erow, frow, whole, vt, vto, nev, nsi, nch, po)
             big_s = _pairwise(ps, 0, nch, 1)
             stats[so] = mx
             stats[so + 1] = big_s

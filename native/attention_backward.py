@@ -57,7 +57,6 @@ from .attention import (
     ZERO,
     _pairwise,
     close_lanes,
-    close_rows,
     exp_tile,
     flat_args,
     padded,
@@ -68,6 +67,7 @@ from .attention import (
     vdot,
     vkeep,
 )
+from .attention_blocks import row_sums
 from .simd import vadd, vdiv, vload, vmul, vsplat, vstore, vsub
 
 
@@ -209,12 +209,13 @@ def _backward_q(do, q, kt, vt, stats, dd, mb, madd, kind, ms, causal, scale, p, 
         kto, vto = bh * ne * sp, bh * nev * sp
         lanes = np.empty(32 * 16, np.float32)
         vparts = np.empty(16 * ((max(ne, nev) + 1023) // 1024), np.float32)
-        flags = np.empty(TILE, np.float32)
         madds = np.empty(TILE, np.float32)
         dbuf = np.empty(TILE, np.float32)
         ebuf = np.empty(TILE, np.float32)
         cs = np.ones(TILE, np.float32)
-        lq = np.empty(32 * ne, np.float32)  # lq[e * 32 + lane]
+        dsrow = np.empty(sp, np.float32)  # dS_ij of the row
+        frow = np.empty(sp, np.float32)  # which keys take part (1.0)
+        whole = np.empty(sp // TILE, np.bool_)  # tiles whose every key takes part
         pq = np.empty(ne * nch, np.float32)
         bad = 0
         i0 = task % nqb * block_q
@@ -229,23 +230,24 @@ def _backward_q(do, q, kt, vt, stats, dd, mb, madd, kind, ms, causal, scale, p, 
                 continue
             big_s = stats[so + 1]
             vd = vsplat(dd[bh * nl + i])
-            lq[:] = NEG_ZERO
             anyq = False
-            cur = 0
             nsi = min(ns, i + 1) if causal else ns
-            for g in range(0, nsi, TILE):
+            for g in range(0, nsi, TILE):  # dS of the row, tile by tile
                 sv = vmul(vsplat(scale), tile_dots(q, qo, ne, kt, TILE, kto + g * ne, lanes, vparts))
-                whole = kind == 0 and g + TILE <= nsi
-                if whole:
-                    flags[:] = ONE
+                full = kind == 0 and g + TILE <= nsi
+                whole[g // TILE] = full
+                if full:
+                    vstore(frow, g, vsplat(ONE))
                 else:
-                    if tile_flags(mb, madd, kind, ms, causal, b, h, i, g, 0, nsi, flags, madds) == 0:
+                    if tile_flags(mb, madd, kind, ms, causal, b, h, i, g, 0, nsi, frow[g:g + TILE],
+                                  madds) == 0:
+                        vstore(dsrow, g, vsplat(ZERO))
                         continue
                     if kind == 2:
                         sv = vadd(sv, vload(madds, 0))
                 anyq = True
                 vstore(dbuf, 0, vsub(sv, vsplat(mx)))
-                bad += exp_tile(dbuf, ebuf, flags)
+                bad += exp_tile(dbuf, ebuf, frow[g:g + TILE])
                 pdot = tile_dots(do, oo, nev, vt, TILE, vto + g * nev, lanes, vparts)
                 pv_ = vdiv(vload(ebuf, 0), vsplat(big_s))
                 if dropout:
@@ -253,24 +255,8 @@ def _backward_q(do, q, kt, vt, stats, dd, mb, madd, kind, ms, causal, scale, p, 
                     dp = vmul(pdot, vload(cs, 0))
                 else:
                     dp = pdot
-                ds = vmul(pv_, vsub(dp, vd))
-                while cur < g // 1024:
-                    close_rows(lq, ne, pq, cur, nch)
-                    cur += 1
-                half = g & 31
-                ko = kto + g * ne
-                if whole:
-                    for x in range(ne):
-                        t = vmul(ds, vload(kt, ko + x * TILE))
-                        vstore(lq, x * 32 + half, vadd(vload(lq, x * 32 + half), t))
-                else:
-                    fv = vload(flags, 0)
-                    for x in range(ne):
-                        t = vkeep(fv, vmul(ds, vload(kt, ko + x * TILE)))
-                        vstore(lq, x * 32 + half, vadd(vload(lq, x * 32 + half), t))
-            while cur < nch:
-                close_rows(lq, ne, pq, cur, nch)
-                cur += 1
+                vstore(dsrow, g, vmul(pv_, vsub(dp, vd)))
+            row_sums(dsrow, frow, whole, kt, kto, ne, nsi, nch, pq)
             for x in range(ne):
                 f = _pairwise(pq, x * nch, nch, 1) if anyq else ZERO
                 dq[qo + x] = scale * f
