@@ -11,11 +11,14 @@ from functools import lru_cache
 import numpy as np
 
 from ..core.checks import CAST_TYPES
-from ..ops import layers, transformer
+from ..ops import fold as fold_op
+from ..ops import layers, loss, transformer
 from ..ops import mixed as api
+from ..optim.optimizers import SGD
 from ..oracles import f32
 from ..oracles import mixed as spec
 from ..oracles.fold import fold_tree
+from . import mixed_fma, mixed_scaler
 from .casegen import SplitMix64
 from .harness import refusal_clause, with_1_and_2_threads
 
@@ -36,9 +39,11 @@ SPECIALS = (0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF8000
 @dataclass(frozen=True)
 class Case:
     id: str
-    kind: str  # "narrow" (x float32), "widen-bf16", "widen-f16" (h: uint16), "linear", "matmul"
+    kind: str  # "narrow" (x float32), "widen-bf16", "widen-f16" (h: uint16), "linear",
+    # "matmul", "window"
     data: np.ndarray
-    operands: tuple = ()  # linear: (x, weight, bias); matmul: (a, b); all of one low type
+    operands: tuple = ()  # linear: (x, weight, bias); matmul: (a, b); all of one low type;
+    # window: (mixed_scaler.Window,)
 
 
 def _f32(patterns) -> np.ndarray:
@@ -97,6 +102,10 @@ def cases() -> tuple[Case, ...]:
     for t in ("bfloat16", "float16"):
         out.append(_contraction(f"linear-{t}", "linear", t, ((2, 1030), (3, 1030), (3,))))
         out.append(_contraction(f"matmul-{t}", "matmul", t, ((2, 2, 40), (40, 3))))
+    for cid, op, t, shapes, fields in mixed_fma.CASES:
+        ops = tuple(a.view(CAST[t]) for a in mixed_fma.operands(cid, t, shapes, fields))
+        out.append(Case(cid, op, np.zeros(0, np.float32), ops))
+    out += [Case(w.id, "window", np.zeros(0, np.float32), (w,)) for w in mixed_scaler.WINDOWS]
     return tuple(out)
 
 
@@ -138,6 +147,10 @@ def _public(k, op: str):
 
 def outputs(k, case: Case) -> list[tuple[str, np.ndarray]]:
     """The suite's outputs of one case on kernels `k`, in card order."""
+    if case.kind == "window":
+        if isinstance(k, _Control):
+            return k.window(case.operands[0])
+        return mixed_scaler.run(case.operands[0], k.backend)
     if case.kind in ("linear", "matmul"):
         return [(case.kind, np.asarray(_public(k, case.kind)(*case.operands), np.float32))]
     if case.kind == "narrow":
@@ -160,10 +173,11 @@ def extra_clauses(k) -> dict[str, tuple[str, str]]:
 def clause_widened(k) -> tuple[str, str]:
     """Clause (g): each low-precision linear / matmul equals, bit for bit (NaN one class), the
     float32 op on the same backend applied to the exactly widened operands."""
-    bad, cells = [], 0
+    bad, cells, n = [], 0, 0
     for case in cases():
         if case.kind not in ("linear", "matmul"):
             continue
+        n += 1
         low = np.asarray(_public(k, case.kind)(*case.operands), np.float32)
         wide = np.asarray(_public(k, case.kind)(*(o.astype(np.float32) for o in case.operands)),
                           np.float32)
@@ -173,7 +187,7 @@ def clause_widened(k) -> tuple[str, str]:
             bad.append(case.id)
     if bad:
         return "fail", f"low precision differs from the float32 op on widened inputs: {', '.join(bad)}"
-    return "pass", f"4 cases, {cells} cells equal the float32 op on the widened operands"
+    return "pass", f"{n} cases, {cells} cells equal the float32 op on the widened operands"
 
 
 def clause_threads(k) -> tuple[str, str]:
@@ -230,19 +244,31 @@ def _refusal_table(backend: str):
         ("x and out", cast(both, "bfloat16", out=both.view(BF16)[:4])),
         ("rounding", cast(x, "float16", rounding="stochastic")),
     ]
-    xb, hw = x.reshape(2, 2).astype(BF16), h.reshape(2, 2)
+    xb, hw, x64 = x.reshape(2, 2).astype(BF16), h.reshape(2, 2), x.reshape(2, 2).astype(np.float64)
     on = {"backend": backend}
     table += [
         ("x", lambda: layers.linear(xb, x.reshape(2, 2), **on)),
         ("bias", lambda: layers.linear(xb, xb, h[:2], **on)),
         ("b", lambda: transformer.matmul(xb, hw, **on)),
         ("a", lambda: transformer.matmul(hw, x.reshape(2, 2), **on)),
+        ("weight", lambda: layers.linear(x.reshape(2, 2), hw, **on)),
+        # float64 is not converted, alone or beside a low type
+        ("x", lambda: layers.linear(x64, x64, **on)),
+        ("a", lambda: transformer.matmul(x64, x64, **on)),
+        ("weight", lambda: layers.linear(x64, xb, **on)),
+        # entry points without a low-precision form
+        ("x", lambda: transformer.softmax(xb, **on)),
+        ("logits", lambda: loss.cross_entropy(hw, np.int64([0, 1]), **on)),
+        ("x", lambda: layers.rms_norm(xb, **on)),
+        ("x", lambda: fold_op.fold(h, **on)),
+        ("params", lambda: SGD(h.copy(), lr=0.5, **on)),
     ]
-    return table, [x, h, both, frozen, xb, hw]
+    return table, [x, h, both, frozen, xb, hw, x64]
 
 
 def clause_refusals(k) -> tuple[str, str]:
-    """Clause (f): the refusals of mojolike.cast, by name, every caller buffer untouched."""
+    """Clause (f): the refusals of cast, of linear and matmul on mixed or float64 operands, and
+    of entry points without a low-precision form, by name, every caller buffer untouched."""
     return refusal_clause(*_refusal_table(k.backend))
 
 
@@ -270,6 +296,12 @@ class _Control:
 
     def from_f16(self, h, out):
         out.view(np.uint32)[:] = [self._widen(v) for v in h.tolist()]
+
+    # the windowed scaler, on the oracle, with the control's scaler
+    scaler_type = mixed_scaler.GradScaler
+
+    def window(self, w) -> list[tuple[str, np.ndarray]]:
+        return mixed_scaler.run(w, "oracle", self.scaler_type)
 
     # the contractions, on the oracle: the fold of the products (`_product`), bias added after
     def _product(self, a: float, b: float, t: str) -> float:
@@ -304,6 +336,27 @@ class _RoundedProducts(_Control):
         if t == "bfloat16":
             return f32.bits_to_f32(spec.from_bf16_bits(spec.to_bf16_bits(u)))
         return f32.bits_to_f32(spec.from_f16_bits(spec.to_f16_bits(u)))
+
+
+class _FusedEverywhere(_Control):
+    """A fused multiply-add at every lane step, also where a bfloat16 product underflows or
+    overflows float32 (exact there only for float16 and bfloat16 products in range)."""
+
+    def __init__(self):
+        super().__init__("fma-underflow", "FMA used where a bfloat16 product underflows or "
+                                          "overflows float32")
+
+    def _dot(self, a, b, t: str) -> float:
+        return mixed_fma.fused_dot(a, b)
+
+
+class _NotSticky(_Control):
+    """A window flag that a later clean step of the window clears."""
+
+    scaler_type = mixed_scaler.ForgetfulScaler
+
+    def __init__(self):
+        super().__init__("window-not-sticky", "a window flag that a later clean step clears")
 
 
 def _truncate_f16(u: int) -> int:
@@ -346,4 +399,6 @@ def negative_controls() -> list[_Control]:
         _Control("flush", "float16 subnormal results flushed to zero", f16=_flush_f16),
         _Control("quiet-widen", "widening float16 quiets a signalling NaN", widen=_quieting_widen),
         _RoundedProducts(),
+        _FusedEverywhere(),
+        _NotSticky(),
     ]
