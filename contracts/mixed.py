@@ -11,14 +11,11 @@ from functools import lru_cache
 import numpy as np
 
 from ..core.checks import CAST_TYPES
-from ..ops import fold as fold_op
-from ..ops import layers, loss, transformer
-from ..ops import mixed as api
-from ..optim.optimizers import SGD
+from ..ops import layers, transformer
 from ..oracles import f32
 from ..oracles import mixed as spec
 from ..oracles.fold import fold_tree
-from . import mixed_fma, mixed_scaler
+from . import mixed_fma, mixed_refusals, mixed_scaler
 from .casegen import SplitMix64
 from .harness import refusal_clause, with_1_and_2_threads
 
@@ -219,57 +216,10 @@ def clause_threads(k) -> tuple[str, str]:
         ("fail", detail + ": 1 and 2 threads differ")
 
 
-def _refusal_table(backend: str):
-    x = np.float32([1.0, 2.0, 3.0, 4.0])
-    h = x.astype(np.float16)
-    frozen = np.empty(4, np.float16)
-    frozen.setflags(write=False)
-    both = np.zeros(4, np.float32)
-
-    def cast(*args, **kw):
-        return lambda: api.cast(*args, backend=backend, **kw)
-
-    table = [
-        ("x", cast(x.astype(np.float64), "float16")),
-        ("x", cast(x.astype(np.int32), "float16")),
-        ("x", cast(np.float32([]), "bfloat16")),
-        ("x", cast(np.arange(8, dtype=np.float32)[::2], "bfloat16")),
-        ("dtype", cast(x, "float64")),
-        ("dtype", cast(x, np.int8)),
-        ("dtype", cast(x, "float32")),
-        ("dtype", cast(h, BF16)),
-        ("out", cast(x, "float16", out=np.empty(4, BF16))),
-        ("out", cast(x, "float16", out=np.empty(3, np.float16))),
-        ("out", cast(x, "float16", out=frozen)),
-        ("x and out", cast(both, "bfloat16", out=both.view(BF16)[:4])),
-        ("rounding", cast(x, "float16", rounding="stochastic")),
-    ]
-    xb, hw, x64 = x.reshape(2, 2).astype(BF16), h.reshape(2, 2), x.reshape(2, 2).astype(np.float64)
-    on = {"backend": backend}
-    table += [
-        ("x", lambda: layers.linear(xb, x.reshape(2, 2), **on)),
-        ("bias", lambda: layers.linear(xb, xb, h[:2], **on)),
-        ("b", lambda: transformer.matmul(xb, hw, **on)),
-        ("a", lambda: transformer.matmul(hw, x.reshape(2, 2), **on)),
-        ("weight", lambda: layers.linear(x.reshape(2, 2), hw, **on)),
-        # float64 is not converted, alone or beside a low type
-        ("x", lambda: layers.linear(x64, x64, **on)),
-        ("a", lambda: transformer.matmul(x64, x64, **on)),
-        ("weight", lambda: layers.linear(x64, xb, **on)),
-        # entry points without a low-precision form
-        ("x", lambda: transformer.softmax(xb, **on)),
-        ("logits", lambda: loss.cross_entropy(hw, np.int64([0, 1]), **on)),
-        ("x", lambda: layers.rms_norm(xb, **on)),
-        ("x", lambda: fold_op.fold(h, **on)),
-        ("params", lambda: SGD(h.copy(), lr=0.5, **on)),
-    ]
-    return table, [x, h, both, frozen, xb, hw, x64]
-
-
 def clause_refusals(k) -> tuple[str, str]:
     """Clause (f): the refusals of cast, of linear and matmul on mixed or float64 operands, and
     of entry points without a low-precision form, by name, every caller buffer untouched."""
-    return refusal_clause(*_refusal_table(k.backend))
+    return refusal_clause(*mixed_refusals.table(k.backend))
 
 
 # -- clause (e): negative controls --------------------------------------------------------------
@@ -340,7 +290,8 @@ class _RoundedProducts(_Control):
 
 class _FusedEverywhere(_Control):
     """A fused multiply-add at every lane step, also where a bfloat16 product underflows or
-    overflows float32 (exact there only for float16 and bfloat16 products in range)."""
+    overflows float32: the contract's bits only where every product is exact (float16, and
+    bfloat16 products in float32's normal range)."""
 
     def __init__(self):
         super().__init__("fma-underflow", "FMA used where a bfloat16 product underflows or "

@@ -9,10 +9,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from conftest import available
-
-from mojolike.contracts import harness, mixed, mixed_fma, mixed_scaler
-from mojolike.core import cardformat
+from mojolike.contracts import harness, mixed, mixed_fma, mixed_refusals, mixed_scaler
 from mojolike.oracles import f32
+
+from mojolike.core import cardformat
 
 BACKENDS = ("oracle", "cpu-numba", "cpu-cffi", "cuda-sim")
 RANGE = [c[0] for c in mixed_fma.CASES]
@@ -139,7 +139,7 @@ def test_the_range_and_window_cases_equal_the_oracle_on_every_backend(oracle, ba
 
 
 def test_every_refusal_of_the_suite_names_its_option():
-    table, buffers = mixed._refusal_table("oracle")
+    table, _ = mixed_refusals.table("oracle")
     assert len(table) >= 26
     for expect, act in table:
         assert harness.refusal_failures(expect, act) == [], expect
@@ -147,7 +147,7 @@ def test_every_refusal_of_the_suite_names_its_option():
 
 
 def test_a_refusal_expected_under_another_name_fails_the_clause():
-    table, buffers = mixed._refusal_table("oracle")
+    table, buffers = mixed_refusals.table("oracle")
     wrong = [("dtype" if opt != "dtype" else "x", act) for opt, act in table[-5:]]
     status, detail = harness.refusal_clause(wrong, buffers)
     assert status == "fail" and "5 of 5 refusals wrong" in detail
