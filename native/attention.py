@@ -48,7 +48,7 @@ import numpy as np
 from numba import boolean, float32, int32, int64, njit, prange, types, uint8, uint64
 
 from . import rng
-from .attention_blocks import row_sums, row_total, vkeep  # noqa: F401 (vkeep: the backward)
+from .attention_blocks import row_sums, row_total, vkeep, vmax_nan  # noqa: F401 (vkeep: the backward)
 from .crmath import EXP_HUGE, EXP_TINY, _exp_elem
 from .fold import NEG_ZERO
 from .simd import vadd, vbutterfly, vload, vmul, vsplat, vstore, vsub
@@ -373,6 +373,7 @@ def _forward(q, kt, vt, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1
             mx = NEG_INF
             nan = False
             anyp = False
+            mv = vsplat(NEG_INF)
             for g in range(0, nsi, TILE):
                 sv = vmul(vsplat(scale), tile_dots(q, qo, ne, kt, TILE, kto + g * ne, lanes, vparts))
                 full = kind == 0 and g + TILE <= nsi
@@ -385,12 +386,21 @@ def _forward(q, kt, vt, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1
                     if kind == 2:
                         sv = vadd(sv, vload(madds, 0))
                 vstore(srow, g, sv)
+                if full:  # the max of a whole tile's lanes, reduced once per row
+                    mv = vmax_nan(mv, sv)
+                    anyp = True
+                    continue
                 for j in range(g, g + TILE):
                     if frow[j] != ZERO:
                         s = srow[j]
                         anyp = True
                         nan |= s != s  # noqa: PLR0124 (NaN test)
                         mx = s if s > mx else mx  # noqa: FURB136 (exact, NaN apart)
+            vstore(dbuf, 0, mv)
+            for j in range(TILE):
+                s = dbuf[j]
+                nan |= s != s  # noqa: PLR0124 (NaN test)
+                mx = s if s > mx else mx  # noqa: FURB136 (exact, NaN apart)
             so = (bh * nl + i) * 2
             oo = (bh * nl + i) * nev
             if nan:

@@ -48,6 +48,20 @@ def vkeep(typingctx, flags, a):
     return _vec(flags, a), codegen
 
 
+@intrinsic
+def vmax_nan(typingctx, m, s):
+    """Lane by lane the running max of m and s, NaN once either is NaN (m stays NaN): the
+    contract's exact max, whichever +-0 it keeps."""
+    if m != _vec or s != _vec:
+        return None
+
+    def codegen(context, builder, sig, args):
+        m_nan = builder.fcmp_unordered("uno", args[0], args[0])
+        take = builder.and_(builder.fcmp_unordered("ugt", args[1], args[0]), builder.not_(m_nan))
+        return builder.select(take, args[1], args[0])
+    return _vec(m, s), codegen
+
+
 @_jit
 def _term(acc, w, t, at, f, whole):
     """acc + w * t[at..] (the product masked by f unless the tile is whole)."""
@@ -115,3 +129,4 @@ def row_total(e, f, whole, n, nch, parts):
                 ev = vload(e, h)
                 hi = vadd(hi, ev) if whole[h // TILE] else vadd(hi, vkeep(vload(f, h), ev))
         parts[c] = vbutterfly(lo, hi)
+
