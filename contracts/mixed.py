@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..core.checks import CAST_TYPES
+from ..core.checks import cast_types
 from ..ops import layers, transformer
 from ..oracles import f32
 from ..oracles import mixed as spec
@@ -23,7 +23,7 @@ NAME = "mixed"
 FAMILY = "mixed"
 PROFILE = "mojolike.identical.mixed.v1"
 REQUIRES = ("ml_dtypes", None)  # bfloat16 is ml_dtypes' numpy type (a dependency, not an extra)
-BF16 = CAST_TYPES.get("bfloat16")  # None only where ml_dtypes is missing: the suite is not run
+BF16 = cast_types().get("bfloat16")  # None only where ml_dtypes is missing: the suite is not run
 CAST = {"bfloat16": BF16, "float16": np.float16}
 THREAD_N = 1 << 22
 

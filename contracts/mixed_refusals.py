@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.checks import CAST_TYPES
+from ..core.checks import cast_types
 from ..ops import fold as fold_op
 from ..ops import layers, loss, transformer
 from ..ops import mixed as api
 from ..optim.optimizers import SGD
 
-BF16 = CAST_TYPES.get("bfloat16")
+BF16 = cast_types().get("bfloat16")
 
 
 def table(backend: str):

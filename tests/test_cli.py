@@ -188,8 +188,7 @@ def test_without_ml_dtypes_the_mixed_suite_is_left_out_by_name_and_bfloat16_is_r
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "ml_dtypes" else real(n, *a))
     assert cli.main(["certify", "--backend", "oracle", "--suite", "mixed", "--out", str(tmp_path)]) == 2
     assert "ml_dtypes is not installed: pip install ml-dtypes" in capsys.readouterr().err
-    monkeypatch.setattr(checks, "ml_dtypes", None)
-    monkeypatch.setattr(checks, "CAST_TYPES", {k: v for k, v in checks.CAST_TYPES.items() if k != "bfloat16"})
+    monkeypatch.setattr(checks, "_cast_types", {k: v for k, v in checks.cast_types().items() if k != "bfloat16"})
     with pytest.raises(mojolike.Refusal) as e:
         checks.cast_dtype("mojolike.cast", "dtype", "bfloat16")
     assert e.value.option == "dtype" and "pip install ml-dtypes" in e.value.reason

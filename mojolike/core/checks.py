@@ -239,25 +239,37 @@ def _allocate(make, entry: str, name: str, dims, dtype) -> np.ndarray:
 
 
 # -- the casts' buffers (mojolike.cast): float32 and the two 16-bit storage types --------------
-# dtype name -> the numpy dtype; bfloat16 is ml_dtypes' (the numpy extension type JAX uses)
-try:
-    import ml_dtypes
-except ImportError:  # a dependency, absent only from an install without deps: bfloat16 is refused
-    ml_dtypes = None
-CAST_TYPES = {"float32": F32, **({"bfloat16": np.dtype(ml_dtypes.bfloat16)} if ml_dtypes else {}),
-              "float16": np.dtype("<f2")}
+# dtype name -> the numpy dtype; bfloat16 is ml_dtypes' (the numpy extension type JAX uses).
+# ml_dtypes takes about a second to import, so it is loaded on the first cast-type question,
+# never by `import mojolike`; an install without it (no deps) has no bfloat16 and refuses it.
+_cast_types: dict | None = None
+
+
+def cast_types() -> dict:
+    """{type name: numpy dtype} of the cast's buffers: float32, float16 and, where ml_dtypes is
+    installed, bfloat16."""
+    global _cast_types
+    if _cast_types is None:
+        try:
+            import ml_dtypes
+        except ImportError:  # a dependency, absent only from an install without deps
+            ml_dtypes = None
+        _cast_types = {"float32": F32, **({"bfloat16": np.dtype(ml_dtypes.bfloat16)} if ml_dtypes else {}),
+                       "float16": np.dtype("<f2")}
+    return _cast_types
 
 
 def cast_dtype(entry: str, name: str, v) -> str:
     """The name of a cast's target type ("float32", "bfloat16" or "float16") given as that
     name, a numpy dtype or a scalar type (numpy.float16, ml_dtypes.bfloat16); anything else,
     torch dtypes and float64 included, is refused."""
+    types = cast_types()
     try:
-        d = np.dtype(v) if not isinstance(v, str) or v in CAST_TYPES else None
+        d = np.dtype(v) if not isinstance(v, str) or v in types else None
     except TypeError:
         d = None
-    got = next((k for k, t in CAST_TYPES.items() if d == t), None)
-    if got is None and ml_dtypes is None and (v == "bfloat16" or "bfloat16" in str(v)):
+    got = next((k for k, t in types.items() if d == t), None)
+    if got is None and "bfloat16" not in types and (v == "bfloat16" or "bfloat16" in str(v)):
         refuse(entry, name, "needs the ml_dtypes package (bfloat16 buffers are its numpy type), "
                             "which is not installed: pip install ml-dtypes", value=v)
     if got is None:
@@ -271,7 +283,7 @@ def as_cast_buffer(entry: str, name: str, obj, *, writable: bool = False) -> tup
     bfloat16 or float16 buffer; other dtypes (float64 among them), non-native byte order,
     empty, strided and, with `writable`, read-only buffers are refused."""
     a = _as_array(entry, name, obj)
-    kind = next((k for k, t in CAST_TYPES.items() if a.dtype == t), None)
+    kind = "float32" if a.dtype == F32 else next((k for k, t in cast_types().items() if a.dtype == t), None)
     if kind is None:
         swapped = a.dtype.kind == "f" and not a.dtype.isnative
         refuse(entry, name, "is in non-native byte order; pass a native-order copy" if swapped else

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.checks import (
-    CAST_TYPES,
     as_cast_buffer,
     cast_dtype,
+    cast_types,
     disjoint,
     empty,
     shape_of,
@@ -71,7 +71,7 @@ def cast(x, dtype, out=None, *, backend=None, numeric_mode=None, entry, **unknow
                f"float32 (cast to float32 first; the two steps together round once)")
         refuse(entry, "dtype", why, value=target)
     if out is None:
-        result = empty(entry, "out", shape_of(x), CAST_TYPES[target])
+        result = empty(entry, "out", shape_of(x), cast_types()[target])
         dst = result.reshape(-1)
     else:
         dst, got = as_cast_buffer(entry, "out", out, writable=True)
@@ -87,13 +87,10 @@ def cast(x, dtype, out=None, *, backend=None, numeric_mode=None, entry, **unknow
 
 
 # -- low-precision operands of the contractions (linear, matmul) ----------------------------------
-_LOW = {name: t for name, t in CAST_TYPES.items() if name != "float32"}
-
-
 def _low_type(obj) -> str | None:
-    if not isinstance(obj, np.ndarray):
+    if not isinstance(obj, np.ndarray) or obj.dtype == np.float32:
         return None
-    return next((name for name, t in _LOW.items() if obj.dtype == t), None)
+    return next((name for name, t in cast_types().items() if name != "float32" and obj.dtype == t), None)
 
 
 def widened(entry: str, operands, backend=None, numeric_mode=None) -> list:
