@@ -31,6 +31,7 @@ from ..ops.loss import cross_entropy
 from ..ops.rng import TWO64, Generator
 from .tape_base import Value, _Node, as_entry, binary
 from .tape_math import MathOps
+from .tape_mixed import MixedOps, low_refusal
 from .tape_shapes import ShapeOps
 from .tape_transformer import TransformerOps
 
@@ -54,7 +55,7 @@ def _loss_keywords(fn) -> tuple[str, ...]:
 _KEEPS_GRADIENTS = ("cross_entropy", "chunked_lm_head_loss")
 
 
-class Tape(ShapeOps, MathOps, TransformerOps):
+class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
     """Define-by-run reverse mode: eager certified ops, one node each, one backward walk.
 
     `param(array)` registers a parameter (borrowed, never copied: an optimizer
@@ -189,9 +190,9 @@ class Tape(ShapeOps, MathOps, TransformerOps):
     def linear(self, x, weight, bias=None, *, entry, **unknown) -> Value:
         """`mojolike.linear(x, weight, bias)`; backward by `mojolike.linear_backward`."""
         e = entry
-        ins = [self._own(e, "x", x), self._own(e, "weight", weight)]
+        ins = [self._own(e, "x", x, low=True), self._own(e, "weight", weight, low=True)]
         if bias is not None:
-            ins.append(self._own(e, "bias", bias))
+            ins.append(self._own(e, "bias", bias, low=True))
         with as_entry(e):
             y = linear(*(v.data for v in ins), **self._on)
         return self._push("linear", y, ins, None)
@@ -386,7 +387,7 @@ class Tape(ShapeOps, MathOps, TransformerOps):
         return slots.pop(v._index, None)
 
     def _back_linear(self, node, dy):
-        x, w = node.inputs[0].data, node.inputs[1].data
+        x, w = self._wide(node.inputs[0]), self._wide(node.inputs[1])  # kept as they came
         dx, dw, db = linear_backward(dy, x, w, bias=len(node.inputs) == 3, **self._on)
         return [(dx, True), (dw, True), (db, True)]
 
@@ -416,8 +417,9 @@ class Tape(ShapeOps, MathOps, TransformerOps):
         return [_scaled(dh, dy), _scaled(dw, dy)]
 
     # -- helpers ------------------------------------------------------------------------------
-    def _own(self, e: str, name: str, v) -> Value:
-        """`v` as a live Value of this tape, else a refusal naming the argument."""
+    def _own(self, e: str, name: str, v, *, low: bool = False) -> Value:
+        """`v` as a live Value of this tape, else a refusal naming the argument; a bfloat16 /
+        float16 value only where the op takes one (`low`)."""
         if not isinstance(v, Value):
             hint = " (register arrays with tape.param or tape.const)" if isinstance(v, np.ndarray) else ""
             refuse(e, name, f"must be a Value of this tape, not {type(v).__name__}{hint}")
@@ -426,6 +428,8 @@ class Tape(ShapeOps, MathOps, TransformerOps):
                             "tape is reset to it")
         if v._tape is not self:
             refuse(e, name, "belongs to another tape")
+        if not low:
+            low_refusal(e, name, v)
         return v
 
     def _push(self, op: str, data: np.ndarray, inputs: list[Value], saved) -> Value:

@@ -96,14 +96,14 @@ class TransformerOps:
     def matmul(self, a, b, *, entry, **unknown) -> Value:
         """`mojolike.matmul(a, b)` (batch dimensions broadcast); backward
         `mojolike.matmul_backward(dy, a, b)`."""
-        u, v = self._own(entry, "a", a), self._own(entry, "b", b)
+        u, v = self._own(entry, "a", a, low=True), self._own(entry, "b", b, low=True)
         with as_entry(entry):
             y = tops.matmul(u.data, v.data, **self._on)
         return self._push("matmul", y, [u, v], None)
 
     def _back_matmul(self, node, dy):
-        a, b = node.inputs
-        da, db = tops.matmul_backward(_c(dy), a.data, b.data, **self._on)
+        a, b = (self._wide(v) for v in node.inputs)  # kept in their own precision until now
+        da, db = tops.matmul_backward(_c(dy), a, b, **self._on)
         return [(da, True), (db, True)]
 
     @entry_point()

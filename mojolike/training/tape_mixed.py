@@ -1,0 +1,93 @@
+"""The tape's casts: `Tape.cast` between float32 and bfloat16 / float16, and the rule for
+low-precision values on the tape.
+
+`tape.cast(x, dtype)` forwards `mojolike.cast(x.data, dtype)` (round to nearest even when
+narrowing, exact when widening) and passes the gradient reaching it to `x` unchanged: the
+gradients of a low-precision value are float32, as the gradient of the float32 source
+(contracts/mixed.md clause 25). `twin=` gives the rounded value already computed, the
+low-precision copy of a float32 master weight that the optimizer's step keeps equal to
+`cast(master, dtype)` (`mojolike.mixed_precision.with_master_weights`): the forward then
+reads it without a pass over the master.
+
+Low-precision values are taken by the tape's contractions, `linear` and `matmul` (all
+operands one low type; the result is float32, the float32 op on the widened operands,
+contracts/mixed.md clause 9), which keep them in their own precision for the backward
+and widen them there, exactly, when the backward runs; every other op refuses them by
+name, and `tape.cast(v, "float32")` widens one.
+
+Reproducibility: a cast rounds each element on its own (clause 8) and the contractions
+give the float32 op's bits on every backend, so a low-precision tape's values and
+gradients are the oracle's bits on every backend and thread count.
+
+>>> import numpy as np, mojolike
+>>> tape = mojolike.Tape(backend="oracle")
+>>> w = tape.param(np.float32([[1.00390625, 2.0]]))      # 1 + 2^-8: a bfloat16 tie
+>>> x = tape.const(np.float32([[3.0, 1.0]]))
+>>> y = tape.linear(tape.cast(x, "bfloat16"), tape.cast(w, "bfloat16"))
+>>> y.data.tolist(), tape.backward(tape.sum(y))[0].tolist()   # 3 * 1.0 + 1 * 2: the tie went to even
+([[5.0]], [[3.0, 1.0]])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import checks
+from ..core.entry import entry_point
+from ..core.refusals import refuse
+from ..ops.mixed import cast
+from .tape_base import Value, as_entry
+
+
+class MixedOps:
+    """`Tape.cast` and the widening of low-precision inputs (a mixin of Tape)."""
+
+    @entry_point()
+    def cast(self, x, dtype, twin=None, *, entry, **unknown) -> Value:
+        """`mojolike.cast(x, dtype)` as a Value: float32 to "bfloat16" / "float16", or either
+        of them to "float32"; the gradient reaching the result reaches `x` unchanged.
+
+        `twin`: optional, only when narrowing a float32 value: a C-contiguous array of
+        `dtype` and x's shape that holds `cast(x, dtype)` already (a master weight's twin);
+        the result's data is that array itself, borrowed as `param` borrows (keep it
+        unchanged until backward)."""
+        e = entry
+        v = self._own(e, "x", x, low=True)
+        target = checks.cast_dtype(e, "dtype", dtype)
+        source = _type_of(v.data)
+        if target == source:
+            refuse(e, "dtype", f"is x's own type; there is nothing to cast", value=target)
+        if twin is None:
+            with as_entry(e):
+                data = cast(v.data, target, **self._on)
+        else:
+            if source != "float32":
+                refuse(e, "twin", "is a rounded copy of a float32 value; x is " + source)
+            t, kind = checks.as_cast_buffer(e, "twin", twin)
+            if kind != target or np.shape(twin) != v.shape:
+                refuse(e, "twin", f"must be a {target} array of x's shape {v.shape}, not "
+                                  f"{kind} {np.shape(twin)}")
+            if np.may_share_memory(t, v.data):
+                refuse(e, "twin", "shares memory with x")
+            data = twin
+        return self._push("cast", data, [v], None)
+
+    def _back_cast(self, node, dy):
+        return [(dy, False)]  # passed on as it is: shared, so a later contribution copies
+
+    def _wide(self, v: Value) -> np.ndarray:
+        """A value's data as float32: itself, or its low-precision data widened exactly."""
+        if v.data.dtype == np.float32:
+            return v.data
+        return cast(v.data, "float32", **self._on)
+
+
+def _type_of(a: np.ndarray) -> str:
+    return next(k for k, t in checks.cast_types().items() if a.dtype == t)
+
+
+def low_refusal(e: str, name: str, v: Value) -> None:
+    """Refuse a low-precision value where an op takes float32 only."""
+    if v.data.dtype != np.float32:
+        refuse(e, name, f"is a {_type_of(v.data)} value; this op takes float32 values (widen it "
+                        f"with tape.cast(x, 'float32'); linear and matmul take low-precision "
+                        f"values as they are)")
