@@ -4,7 +4,7 @@ low-precision values on the tape.
 `tape.cast(x, dtype)` forwards `mojolike.cast(x.data, dtype)` (round to nearest even when
 narrowing, exact when widening) and passes the gradient reaching it to `x` unchanged: the
 gradients of a low-precision value are float32, as the gradient of the float32 source
-(contracts/mixed.md clause 25). `twin=` gives the rounded value already computed, the
+(torch's backward of `.to(dtype)`, kept in float32). `twin=` gives the rounded value already computed, the
 low-precision copy of a float32 master weight that the optimizer's step keeps equal to
 `cast(master, dtype)` (`mojolike.mixed_precision.with_master_weights`): the forward then
 reads it without a pass over the master.
@@ -55,7 +55,7 @@ class MixedOps:
         target = checks.cast_dtype(e, "dtype", dtype)
         source = _type_of(v.data)
         if target == source:
-            refuse(e, "dtype", f"is x's own type; there is nothing to cast", value=target)
+            refuse(e, "dtype", "is x's own type; there is nothing to cast", value=target)
         if twin is None:
             with as_entry(e):
                 data = cast(v.data, target, **self._on)
