@@ -93,7 +93,7 @@ def test_a_twin_is_the_forwards_value_and_the_gradient_reaches_the_master():
 
 def test_a_cast_to_float32_widens_exactly_and_passes_the_gradient_on():
     tape = mojolike.Tape(backend="cpu-numba")
-    w = np.float32([1.5, -2.25, 3.4e38])  # beyond bfloat16's largest finite value by more than half an ulp
+    w = np.float32([1.5, -2.25, 3.4e38])  # past bfloat16's largest finite value by over half an ulp
     p = tape.param(w)
     wide = tape.cast(tape.cast(p, "bfloat16"), "float32")
     assert wide.data.dtype == np.float32

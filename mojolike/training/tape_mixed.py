@@ -4,10 +4,10 @@ low-precision values on the tape.
 `tape.cast(x, dtype)` forwards `mojolike.cast(x.data, dtype)` (round to nearest even when
 narrowing, exact when widening) and passes the gradient reaching it to `x` unchanged: the
 gradients of a low-precision value are float32, as the gradient of the float32 source
-(torch's backward of `.to(dtype)`, kept in float32). `twin=` gives the rounded value already computed, the
-low-precision copy of a float32 master weight that the optimizer's step keeps equal to
-`cast(master, dtype)` (`mojolike.mixed_precision.with_master_weights`): the forward then
-reads it without a pass over the master.
+(torch's backward of `.to(dtype)`, kept in float32). `twin=` gives the rounded value
+already computed: the low-precision copy of a float32 master weight, kept equal to
+`cast(master, dtype)` by whatever updates the master, which the forward then reads
+without a pass over the master.
 
 Low-precision values are taken by the tape's contractions, `linear` and `matmul` (all
 operands one low type; the result is float32, the float32 op on the widened operands,
@@ -24,7 +24,7 @@ gradients are the oracle's bits on every backend and thread count.
 >>> w = tape.param(np.float32([[1.00390625, 2.0]]))      # 1 + 2^-8: a bfloat16 tie
 >>> x = tape.const(np.float32([[3.0, 1.0]]))
 >>> y = tape.linear(tape.cast(x, "bfloat16"), tape.cast(w, "bfloat16"))
->>> y.data.tolist(), tape.backward(tape.sum(y))[0].tolist()   # 3 * 1.0 + 1 * 2: the tie went to even
+>>> y.data.tolist(), tape.backward(tape.sum(y))[0].tolist()  # 3 * 1.0 + 1 * 2: the tie to even
 ([[5.0]], [[3.0, 1.0]])
 """
 from __future__ import annotations
