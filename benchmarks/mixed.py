@@ -1,23 +1,31 @@
 """Mixed precision against ml_dtypes and torch (CPU, same run, same threads): the casts, then linear.
 
     python benchmarks/mixed.py [--backend cpu-numba] [--repeat 5] [--n 16777216] [--size 2048]
+    python benchmarks/mixed.py --fma [--fma-repeat 9] [--shapes 512x768x3072,2048x768x768]
 
 - `mojolike.cast` float32 -> bfloat16 / float16 and back on n elements (the public function:
   checks, allocation, the kernel) against ml_dtypes' / numpy's `astype` and torch's `.to`
   (target: cast at least as fast as astype);
 - bfloat16 and float16 `mojolike.linear` at size^3 beside the float32 `mojolike.linear`,
   torch's float32 F.linear and torch's bfloat16 / float16 F.linear (issue item 9's target:
-  at most 1.1x torch's float32 F.linear). The low-precision linear of this version widens
-  into a float32 scratch and then runs the float32 kernel: expect the float32 time plus the
-  widening, not the FMA rate.
+  at most 1.1x torch's float32 F.linear). The low-precision linear widens into a float32
+  scratch, then (cpu-numba, a target with FMA, every product exact) runs the fused
+  multiply-add GEMM, else the float32 kernel;
+- `--fma`: bfloat16 `mojolike.linear` (M x K) @ (K x N) weights, before (the operands widened
+  with mojolike.cast, then the float32 linear: the route without the FMA kernel) and after
+  (the bfloat16 linear: widening, the range check and the FMA kernel), beside mojolike's and
+  torch's float32 F.linear, with 1 and 2 threads (numba's and torch's). The variants take
+  turns in each round, so a burst of load falls on all of them; medians of the rounds.
 
-Best-of-`repeat` times after a warm call; quote ratios from one run, with the CPU model,
+Best-of-`repeat` times after a warm call (`--fma`: medians); quote ratios from one run, with the CPU model,
 thread counts and load average it prints (the machine may be shared). Not a test.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import time
 
 import ml_dtypes
 import numpy as np
@@ -71,6 +79,83 @@ def linear_rows(backend: str, size: int, repeat: int) -> list[tuple[str, float, 
     return rows
 
 
+def cpu_line() -> str:
+    """/proc/cpuinfo's model name, family and model, and whether it has FMA and AVX-512."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+                if key.strip() == "flags":
+                    break
+    except OSError:
+        return cpu_model()
+    flags = info.get("flags", "").split()
+    return (f"{info.get('model name', '?')}, family {info.get('cpu family', '?')} model "
+            f"{info.get('model', '?')}, {os.cpu_count()} CPUs, "
+            f"{'FMA' if 'fma' in flags else 'no FMA'}, {'AVX-512' if 'avx512f' in flags else 'no AVX-512'}")
+
+
+def _medians(variants: dict, repeat: int) -> dict[str, float]:
+    """Each variant called once to warm up, then `repeat` rounds, each calling every variant
+    once in turn; the median wall time of each."""
+    for fn in variants.values():
+        fn()
+    times = {name: [] for name in variants}
+    for _ in range(repeat):
+        for name, fn in variants.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def _fma_times(backend: str, m: int, k: int, n: int, repeat: int) -> tuple[dict, bool]:
+    """Median times of one shape's four variants, and whether its products are exact."""
+    from mojolike.native import mixed_gemm
+
+    rng = np.random.default_rng(m * k + n)
+    x = rng.standard_normal((m, k)).astype(np.float32).astype(BF16)
+    w = (rng.standard_normal((n, k)) * 0.05).astype(np.float32).astype(BF16)
+    x32, w32 = x.astype(np.float32), w.astype(np.float32)
+    tx, tw = torch.from_numpy(x32), torch.from_numpy(w32)
+    exact = mixed_gemm.exact_products(x32.reshape(-1).view(np.uint32),
+                                      w32.reshape(-1).view(np.uint32), 8)
+
+    def widen_then_f32():
+        return mojolike.linear(mojolike.cast(x, "float32", backend=backend),
+                               mojolike.cast(w, "float32", backend=backend), backend=backend)
+
+    with torch.no_grad():
+        return _medians({"torch": lambda: F.linear(tx, tw),
+                         "f32": lambda: mojolike.linear(x32, w32, backend=backend),
+                         "before": widen_then_f32,
+                         "after": lambda: mojolike.linear(x, w, backend=backend)}, repeat), exact
+
+
+def fma_rows(backend: str, shapes: list[tuple[int, int, int]], repeat: int) -> None:
+    """The --fma table: bfloat16 linear before / after the FMA kernel against torch float32."""
+    import numba
+    from mojolike.native import mixed_gemm
+    print(f"FMA kernel: HAS_FMA={mixed_gemm.HAS_FMA}; median of {repeat} rounds")
+    print(f"{'threads':>7s} {'M x K @ K x N':>18s} {'torch f32':>10s} {'ours f32':>9s} "
+          f"{'bf16 before':>12s} {'bf16 after':>11s} {'before/torch':>13s} {'after/torch':>12s} "
+          f"{'exact':>6s} {'load':>5s}")
+    before = numba.get_num_threads(), torch.get_num_threads()
+    for threads in (1, 2):
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        torch.set_num_threads(threads)
+        for m, k, n in shapes:
+            t, exact = _fma_times(backend, m, k, n, repeat)
+            print(f"{threads:7d} {f'{m}x{k} @ {k}x{n}':>18s} {t['torch'] * 1e3:8.1f}ms "
+                  f"{t['f32'] * 1e3:7.1f}ms {t['before'] * 1e3:10.1f}ms {t['after'] * 1e3:9.1f}ms "
+                  f"{t['before'] / t['torch']:12.2f}x {t['after'] / t['torch']:11.2f}x "
+                  f"{exact!s:>6s} {os.getloadavg()[0]:5.2f}")
+    numba.set_num_threads(before[0])
+    torch.set_num_threads(before[1])
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--backend", default="cpu-numba")
@@ -78,7 +163,18 @@ def main() -> None:
     p.add_argument("--n", type=int, default=1 << 24)
     p.add_argument("--size", type=int, default=2048)
     p.add_argument("--skip-linear", action="store_true")
+    p.add_argument("--fma", action="store_true", help="only the bfloat16 FMA table")
+    p.add_argument("--fma-repeat", type=int, default=9)
+    p.add_argument("--shapes", default="512x768x3072,2048x768x768", help="M x K x N, comma-separated")
     args = p.parse_args()
+    if args.fma:
+        print(f"CPU: {cpu_line()}; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+        print(f"mojolike {mojolike.__version__} backend {args.backend}; numpy {np.__version__}, "
+              f"torch {torch.__version__}")
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+        fma_rows(args.backend, shapes, args.fma_repeat)
+        print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+        return
     print(f"CPU: {cpu_model()}; torch threads {torch.get_num_threads()}, "
           f"NUMBA_NUM_THREADS {os.environ.get('NUMBA_NUM_THREADS', 'default')}, "
           f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")

@@ -19,7 +19,13 @@ Both float operations are exact or correctly rounded IEEE operations; they assum
 what identical mode checks (round to nearest, no flush to zero, subnormal inputs
 not treated as zero).
 
-Reproducibility: elementwise, so the thread count cannot reach the bits.
+`NumbaMixed.gemm_nt_exact` is the low-precision linear / matmul's fused multiply-add
+GEMM (native/mixed_gemm.py, loaded on its first call), which runs only where every
+product is exact (contracts/mixed.md clause 10) and otherwise leaves the call to the
+layers family's float32 GEMM.
+
+Reproducibility: the casts are elementwise, so the thread count cannot reach the bits;
+the GEMM gives the float32 GEMM's bits (native/mixed_gemm.py).
 
 >>> import numpy as np
 >>> out = np.empty(3, np.uint16)
@@ -167,6 +173,9 @@ HOT_KERNELS = {"mixed._to_f16": (_to_f16, ("addps",)),
                "mixed._from_f16": (_from_f16, ("mulps",))}
 
 
+_NO_BIAS = np.zeros(16, np.float32)  # the GEMM's bias argument when there is none
+
+
 class NumbaMixed(NumbaBase):
     """The casts on the CPU with numba, parallel over blocks of 8192 elements."""
 
@@ -187,6 +196,26 @@ class NumbaMixed(NumbaBase):
     def from_f16(self, h, out) -> None:
         """Write the float16 patterns h widened into out (flat float32)."""
         _from_f16(h, out.view(np.uint32))
+
+    def gemm_nt_exact(self, a, b, bias, has_bias, out, significand) -> bool:
+        """The layers family's gemm_nt (out = fold_k a[i, k] * b[j, k] (+ bias[j]); a (M, K),
+        b (N, K), out (M, N), float32) with one fused multiply-add per lane step, when the
+        target has FMA and every product of a's and b's values (widened from a type of
+        `significand` bits) is exact: then it writes out and returns True, the float32 op's
+        bits (native/mixed_gemm.py). Otherwise it writes nothing and returns False, and the
+        caller runs the float32 gemm_nt. Only cpu-numba has this method."""
+        # imported on first use: a process that only casts never loads the GEMM
+        from . import mixed_gemm
+
+        if not mixed_gemm.HAS_FMA or not mixed_gemm.exact_products(
+                a.reshape(-1).view(np.uint32), b.reshape(-1).view(np.uint32), significand):
+            return False
+        m, k = a.shape
+        n = b.shape[0]
+        mixed_gemm.gemm_nt_fma(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k,
+                               bias if has_bias else _NO_BIAS, bool(has_bias), False,
+                               out.reshape(-1))
+        return True
 
 
 def load(mode: str, backend: str = "cpu-numba") -> NumbaMixed:

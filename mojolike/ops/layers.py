@@ -83,8 +83,9 @@ def linear(x, weight, bias=None, *, backend=None, numeric_mode=None, entry,
 
     Low precision (contracts/mixed.md): x, weight and bias all bfloat16 or all float16
     give the float32 result of this op on the exactly widened inputs, bit for bit
-    (widened into a float32 scratch first: correct, not yet fast); mixed operand types
-    are refused by name.
+    (widened into a float32 scratch, then on cpu-numba a fused multiply-add kernel where
+    every product is exact, else the float32 kernel); mixed operand types are refused by
+    name.
 
     >>> import numpy as np, mojolike
     >>> mojolike.linear(np.float32([[1e8, 1, -1e8]]), np.float32([[1, 1, 1]]), backend="oracle")
@@ -92,8 +93,9 @@ def linear(x, weight, bias=None, *, backend=None, numeric_mode=None, entry,
     """
     e = entry
     # bfloat16 / float16 operands (all one type): widened exactly, then the float32 op below
-    x, weight, bias = mixed.widened(e, (("x", x), ("weight", weight), ("bias", bias)),
-                                    backend, numeric_mode)
+    operands = (("x", x), ("weight", weight), ("bias", bias))
+    low = mixed.low_type(operands)
+    x, weight, bias = mixed.widened(e, operands, backend, numeric_mode)
     a = _matrix(e, "x", x)
     w = _matrix(e, "weight", weight, ndim=2)
     if a.shape[-1] != w.shape[1]:
@@ -106,7 +108,8 @@ def linear(x, weight, bias=None, *, backend=None, numeric_mode=None, entry,
             refuse(e, "bias", f"has {b.shape[0]} elements but weight has N={w.shape[0]} rows")
     k = _kernels(e, backend, numeric_mode)
     out = checks.empty(e, "x", a.shape[:-1] + (w.shape[0],))
-    k.gemm_nt(_rows(a), w, _NONE if b is None else b, b is not None, _rows(out))
+    gemm = mixed.gemm_nt(e, low, k, backend, numeric_mode)  # low types: the FMA kernel if exact
+    gemm(_rows(a), w, _NONE if b is None else b, b is not None, _rows(out))
     return out
 
 

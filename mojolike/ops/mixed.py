@@ -87,10 +87,43 @@ def cast(x, dtype, out=None, *, backend=None, numeric_mode=None, entry, **unknow
 
 
 # -- low-precision operands of the contractions (linear, matmul) ----------------------------------
+SIGNIFICAND = {"bfloat16": 8, "float16": 11}  # significant bits of each low type's values
+
+
 def _low_type(obj) -> str | None:
     if not isinstance(obj, np.ndarray) or obj.dtype == np.float32:
         return None
     return next((name for name, t in cast_types().items() if name != "float32" and obj.dtype == t), None)
+
+
+def low_type(operands) -> str | None:
+    """The first bfloat16 / float16 type among the operands [(name, buffer or None)], else None
+    (`widened` refuses a call that mixes types)."""
+    return next((t for _, obj in operands if (t := _low_type(obj)) is not None), None)
+
+
+def gemm_nt(entry: str, low: str | None, layers_kernels, backend=None, numeric_mode=None):
+    """The gemm_nt(a, b, bias, has_bias, out) a contraction runs on operands widened from
+    `low` (None: float32 operands, the layers kernel set's own gemm_nt).
+
+    For a low type on a backend whose mixed kernel set has `gemm_nt_exact` (cpu-numba), a
+    call first tries that fused multiply-add kernel, which runs only where the target has
+    FMA and every product of the call is exact in float32 (contracts/mixed.md clause 10),
+    and otherwise leaves out untouched; the layers kernel set's gemm_nt then runs.
+    Either way the bits are the float32 op's on the widened operands (clause 9).
+    """
+    plain = layers_kernels.gemm_nt
+    if low is None:
+        return plain
+    fused = getattr(kernels(entry, "mixed", backend, numeric_mode), "gemm_nt_exact", None)
+    if fused is None:
+        return plain
+    significand = SIGNIFICAND[low]
+
+    def gemm(a, b, bias, has_bias, out):
+        if not fused(a, b, bias, has_bias, out, significand):
+            plain(a, b, bias, has_bias, out)
+    return gemm
 
 
 def widened(entry: str, operands, backend=None, numeric_mode=None) -> list:
@@ -104,7 +137,7 @@ def widened(entry: str, operands, backend=None, numeric_mode=None) -> list:
     exactly to a new float32 array of its shape (a float32 scratch: the float32 kernel then
     runs on it, so the result is the float32 op's on the widened inputs, by construction).
     """
-    low = next((t for _, obj in operands if (t := _low_type(obj)) is not None), None)
+    low = low_type(operands)
     if low is None:
         return [obj for _, obj in operands]
     first = next(name for name, obj in operands if _low_type(obj) == low)

@@ -478,7 +478,8 @@ def matmul(a, b, *, backend=None, numeric_mode=None, entry, **unknown) -> np.nda
 
     Low precision (contracts/mixed.md): a and b both bfloat16 or both float16 give the
     float32 result of this op on the exactly widened inputs, bit for bit (widened into a
-    float32 scratch first: correct, not yet fast); mixed operand types are refused.
+    float32 scratch, then on cpu-numba a fused multiply-add kernel where every product is
+    exact, else the float32 kernel); mixed operand types are refused.
 
     >>> import numpy as np, mojolike
     >>> a = np.float32([[[1, 2]], [[3, 4]]]); b = np.float32([[1], [1]])
@@ -486,6 +487,7 @@ def matmul(a, b, *, backend=None, numeric_mode=None, entry, **unknown) -> np.nda
     [[[3.0]], [[7.0]]]
     """
     # bfloat16 / float16 operands (both one type): widened exactly, then the float32 op below
+    low = mixed.low_type((("a", a), ("b", b)))
     a, b = mixed.widened(entry, (("a", a), ("b", b)), backend, numeric_mode)
     x, y = _operands(entry, a, b)
     batch = _batch(entry, x, y)
@@ -496,8 +498,9 @@ def matmul(a, b, *, backend=None, numeric_mode=None, entry, **unknown) -> np.nda
     yt = _transposed(y)  # (Pb, N, K): gemm_nt's b
     out = checks.empty(entry, "a", batch + (m, n))
     o3 = out.reshape(-1, m, n)
+    gemm = mixed.gemm_nt(entry, low, k, backend, numeric_mode)  # low types: FMA if exact
     for p, (i, j) in enumerate(zip(ia.tolist(), ib.tolist())):
-        k.gemm_nt(xa[i], yt[j], _NONE, False, o3[p])
+        gemm(xa[i], yt[j], _NONE, False, o3[p])
     return out
 
 
