@@ -394,6 +394,22 @@ class NumbaOptim(NumbaBase):
         adam_kernel(cut[-1], tp, tg, tm, tv, cut, *scalars_and_flags, _coef(grad_scale),
                     bool(write_back))
 
+    def sgd_twins(self, p, g, b, tw, kinds, cut, first, lr, momentum, one_minus_damp, wd,
+                  use_momentum, use_decay, nesterov, maximize, *, grad_scale=None,
+                  write_back=False):
+        """`sgd`, writing each element's cast twin in the same pass (native/optim_twins.py)."""
+        from . import optim_twins  # loaded by the first step with twins
+        optim_twins.sgd_twins(p, g, b, tw, kinds, cut, first, lr, momentum, one_minus_damp, wd,
+                              use_momentum, use_decay, nesterov, maximize, _coef(grad_scale),
+                              write_back)
+
+    def adam_twins(self, p, g, m, v, tw, kinds, cut, *scalars_and_flags, grad_scale=None,
+                   write_back=False):
+        """`adam`, writing each element's cast twin in the same pass (native/optim_twins.py)."""
+        from . import optim_twins
+        optim_twins.adam_twins(p, g, m, v, tw, kinds, cut, *scalars_and_flags, _coef(grad_scale),
+                               bool(write_back))
+
     def scale(self, g, coef):
         (tg,), cut = operands(g)
         scale_kernel(cut[-1], tg, cut, coef)

@@ -26,6 +26,10 @@ Clip (torch's clip_grad_norm_ with norm_type=2): norm_j = sqrt(sumsq(g_j)),
 total = sqrt(fold([norm_j*norm_j])), coef = min(max_norm / (total + 1e-6), 1),
 g = g * coef for every gradient.
 
+Cast twins: a step that updates a parameter may also write its twin, a bfloat16 or
+float16 copy of the new float32 master value (`twin_bits`, the casts of oracles/mixed.py:
+round to nearest even, subnormals kept, overflow to inf, NaN to the canonical quiet NaN).
+
 Reproducibility: pure Python; the same bits on every machine.
 
 >>> h = AdamHyper.of(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import f32, scalars
+from . import f32, mixed, scalars
 from .fold import fold_tree, pairwise
 from .fold import sumsq as fold_sumsq
 
@@ -166,3 +170,13 @@ def clip(grads: list[list[float]], max_norm: float) -> tuple[float, float, list[
 def accumulate(microbatches: list[list[float]]) -> list[float]:
     """Elementwise sum of microbatch gradients by the pairwise tree, in ascending order."""
     return list(pairwise(microbatches, lambda a, b: [f32.add(x, y) for x, y in zip(a, b)]))
+
+
+TWIN_NONE, TWIN_BF16, TWIN_F16 = 0, 1, 2  # the kernels' kind flag of a tensor's twin
+
+
+def twin_bits(p: float, kind: int) -> int:
+    """The bit pattern of the twin of master value p: bfloat16 (kind 1) or float16 (kind 2),
+    rounded as mojolike.cast rounds (oracles/mixed.py)."""
+    u = f32.f32_to_bits(p)
+    return mixed.to_bf16_bits(u) if kind == TWIN_BF16 else mixed.to_f16_bits(u)

@@ -290,3 +290,28 @@ def as_cast_buffer(entry: str, name: str, obj, *, writable: bool = False) -> tup
                f"has dtype {a.dtype.name}; only float32, bfloat16 (ml_dtypes.bfloat16) and "
                f"float16 buffers are covered (float64 is not converted)")
     return _flat(entry, name, a, writable and "is read-only but is written"), kind
+
+
+# -- an optimizer's cast twins: a bfloat16 or float16 copy of a float32 parameter ---------------
+TWIN_KINDS = {"bfloat16": 1, "float16": 2}  # the kernels' kind flag; 0 is "no twin"
+
+
+def as_twin(entry: str, name: str, index: int, obj, shape: tuple) -> tuple[np.ndarray, str]:
+    """(a 1-D view of the twin `obj` without a copy, its type name "bfloat16" or "float16")
+    for entry `index` of the list `name`, whose parameter has `shape`; refused by `name`
+    (the reason says which entry): every dtype but those two (float32 and float64 too: a twin
+    is a rounded copy), empty, strided and read-only buffers, and a shape other than the
+    parameter's."""
+    a = _as_array(entry, name, obj)
+    low = [t for k, t in cast_types().items() if k in TWIN_KINDS]
+    if a.dtype not in low and (a.dtype.isnative or a.dtype.kind != "f"):
+        refuse(entry, name, f"[{index}] has dtype {a.dtype.name}; a twin is its float32 parameter "
+                            f"rounded to bfloat16 (ml_dtypes.bfloat16) or float16")
+    try:  # byte order, contiguity, emptiness, writability
+        view, kind = as_cast_buffer(entry, name, obj, writable=True)
+    except Refusal as r:  # the same reason, saying which entry
+        refuse(entry, name, f"[{index}] {r.reason}")
+    if shape_of(obj) != tuple(shape):
+        refuse(entry, name, f"[{index}] has shape {shape_of(obj)} but its parameter has shape "
+                            f"{tuple(shape)}")
+    return view, kind

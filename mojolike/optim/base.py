@@ -28,6 +28,7 @@ from . import groups as groups_
 from .grads import CLIP_EPS, accumulate_grads, check_tokens
 from .params import Registry, as_list
 from .state import check_state_dict
+from .twins import Twins
 
 # the torch options the constructors refuse unless given as None or False (core.entry.TORCH)
 TORCH_OPTIONS = ("amsgrad", "foreach", "fused", "capturable", "differentiable")
@@ -64,7 +65,7 @@ class _Optimizer:
     _GROUP_OPTIONS: tuple[str, ...] = ()  # what a param group may set, besides "params"
 
     def __init__(self, params, defaults: dict, *, accumulation_steps=1, numeric_mode=None,
-                 backend=None):
+                 backend=None, twins=None):
         e = self._ENTRY
         groups, self._listed_groups = groups_.build(e, params, defaults, self._GROUP_OPTIONS)
         # every group checked (and its first step's host scalars finite) before anything else
@@ -92,6 +93,10 @@ class _Optimizer:
         self.lr_ = None
         self.aligned_ = None
         self._device_params = None
+        self._twins = None if twins is None else Twins(e, twins, self._reg, self._k)
+        if self._twins is not None and not self._twins.kinds.any():
+            self._twins = None  # every entry None: nothing to keep
+        self._refresh_twins()
 
     def _check_group(self, k, group: dict) -> dict:
         """Group k's options checked (k None: the defaults), as given, plus their first step's
@@ -335,6 +340,21 @@ class _Optimizer:
             self._reg.scatter()
             self._device_params = None
 
+    # -- cast twins (mojolike/optim/twins.py) --------------------------------------------------
+    @entry_point()
+    def refresh_twins(self) -> None:
+        """Write every cast twin from its float32 master (mojolike.cast's rounding): after a
+        change to the masters made outside the optimizer's steps. The constructor and
+        load_state_dict do it too; steps keep the twins of the parameters they update."""
+        self._refresh_twins()
+
+    def _refresh_twins(self) -> None:
+        if self._twins is None:
+            return
+        masters = self._reg.views if self._device_params is None else \
+            [a.reshape(-1) for a in self._reg.split(self._device_params.copy_to_host())]
+        self._twins.refresh(masters, self.backend, self.numeric_mode)
+
     # -- state --------------------------------------------------------------------------------
     def _host(self, a) -> np.ndarray:
         return a if isinstance(a, np.ndarray) else a.copy_to_host()
@@ -385,6 +405,7 @@ class _Optimizer:
                 g.update({key: (tuple(v) if key == "betas" else v) for key, v in options.items()})
         self._steps = list(steps)
         self.t = t
+        self._refresh_twins()  # twins are derived from the masters, never state
 
     def _set_flags(self, flags: dict) -> None:
         pass

@@ -65,12 +65,12 @@ class SGD(_Optimizer):
     @entry_point(torch=TORCH_OPTIONS)
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
                  *, maximize=False, lr_schedule=None, accumulation_steps=1, numeric_mode=None,
-                 backend=None, **unknown):
+                 backend=None, twins=None, **unknown):
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
                     "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize,
                     "lr_schedule": lr_schedule}
         super().__init__(params, defaults, accumulation_steps=accumulation_steps,
-                         numeric_mode=numeric_mode, backend=backend)
+                         numeric_mode=numeric_mode, backend=backend, twins=twins)
         self._buf = None  # the momentum buffers, made when a group first has momentum
         if any(g["momentum"] != 0.0 for g in self.param_groups):
             self._buf = self._k.new_state(self._reg.n)
@@ -117,8 +117,15 @@ class SGD(_Optimizer):
         buf = self._buf[lo:hi] if s.use_momentum else self._placeholder
         args = (s.lr, s.momentum, s.one_minus_dampening, s.weight_decay, s.use_momentum,
                 s.use_decay, s.nesterov, s.maximize)
-        self._k.sgd(_part(p, off, i, j), _part(g, off, i, j), buf, np.bool_(not self._initialized[i]),
-                    *map(_f32or_bool, args), **_read(read, write_back))
+        if self._twins is None:
+            self._k.sgd(_part(p, off, i, j), _part(g, off, i, j), buf,
+                        np.bool_(not self._initialized[i]), *map(_f32or_bool, args),
+                        **_read(read, write_back))
+            return
+        self._k.sgd_twins(_part(p, off, i, j), _part(g, off, i, j), buf, *self._twins.args(i, j),
+                          np.bool_(not self._initialized[i]), *map(_f32or_bool, args),
+                          **_read(read, write_back))
+        self._twins.written(i, j)
 
     def _stepped(self, work) -> None:
         for (k, i, j), _, s in work:
@@ -162,7 +169,7 @@ class Adam(_Optimizer):
     @entry_point(torch=TORCH_OPTIONS)
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=None, *,
                  maximize=False, decoupled_weight_decay=None, lr_schedule=None, accumulation_steps=1,
-                 numeric_mode=None, backend=None, entry, **unknown):
+                 numeric_mode=None, backend=None, twins=None, entry, **unknown):
         e = entry
         if decoupled_weight_decay is not None:  # torch's Adam(decoupled_weight_decay=True) is AdamW
             decoupled = checks.switch(e, "decoupled_weight_decay", decoupled_weight_decay)
@@ -174,7 +181,7 @@ class Adam(_Optimizer):
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
                     "maximize": maximize, "lr_schedule": lr_schedule}
         super().__init__(params, defaults, accumulation_steps=accumulation_steps,
-                         numeric_mode=numeric_mode, backend=backend)
+                         numeric_mode=numeric_mode, backend=backend, twins=twins)
         self._m = self._k.new_state(self._reg.n)
         self._v = self._k.new_state(self._reg.n)
 
@@ -206,11 +213,17 @@ class Adam(_Optimizer):
         k, i, j = run
         off = self._reg.offsets
         lo, hi = int(off[i]), int(off[j])
-        self._k.adam(_part(p, off, i, j), _part(g, off, i, j), self._m[lo:hi], self._v[lo:hi],
-                     *map(_f32or_bool, (
-                         s.beta1, s.beta2, s.eps, s.weight_decay, s.one_minus_beta1, s.one_minus_beta2,
-                         s.step_size, s.sqrt_bc2, s.param_decay, s.coupled, s.decoupled, s.maximize)),
-                     **_read(read, write_back))
+        scalars = map(_f32or_bool, (
+            s.beta1, s.beta2, s.eps, s.weight_decay, s.one_minus_beta1, s.one_minus_beta2,
+            s.step_size, s.sqrt_bc2, s.param_decay, s.coupled, s.decoupled, s.maximize))
+        if self._twins is None:
+            self._k.adam(_part(p, off, i, j), _part(g, off, i, j), self._m[lo:hi], self._v[lo:hi],
+                         *scalars, **_read(read, write_back))
+            return
+        self._k.adam_twins(_part(p, off, i, j), _part(g, off, i, j), self._m[lo:hi],
+                           self._v[lo:hi], *self._twins.args(i, j), *scalars,
+                           **_read(read, write_back))
+        self._twins.written(i, j)
 
     def _state_arrays(self) -> dict:
         return {"exp_avg": self._m, "exp_avg_sq": self._v}

@@ -10,8 +10,27 @@
    over every thread. Every step reads a gradient as g * coef (grad_scale: the
    clip's or the loss scaler's factor, 1 when there is none, x * 1 being x), before
    maximize and weight decay; with `write_back` the scaled value is also stored into
-   g, otherwise g is only read. */
+   g, otherwise g is only read.
+
+   The steps with cast twins (mj_sgd_twins_table, mj_adam_twins_table) take one more
+   table, of uint16 twin addresses, and each tensor's kind (0 none, 1 bfloat16, 2 float16):
+   right after an element's new p is stored, its pattern is rounded to the twin's type by
+   mixed.c's mj_bf16_of / mj_f16_of (mojolike.cast's rounding). The element loops take the
+   kind as a constant, so the steps without twins (kind 0) compile to the loops they were. */
 #define MJ_TASK 16384
+
+/* mixed.c's casts (defined later in this compilation unit: the families' sources are
+   concatenated in FAMILIES order) */
+static inline uint16_t mj_bf16_of(uint32_t u);
+static inline uint16_t mj_f16_of(uint32_t u);
+
+/* The twin pattern of the master value x: bfloat16 (kind 1) or float16 (kind 2). */
+static inline __attribute__((always_inline)) uint16_t mj_twin_of(float x, int kind) {
+    union { float f; uint32_t u; } bits = { x };
+    return kind == 1 ? mj_bf16_of(bits.u) : mj_f16_of(bits.u);
+}
+
+#define MJ_AT16(table, t) ((uint16_t *)(intptr_t)(table)[t])
 
 #define MJ_AT(table, t) ((float *)(intptr_t)(table)[t])
 
@@ -49,7 +68,8 @@ static int64_t mj_tensor_of(const int64_t *offsets, int64_t nseg, int64_t lo) {
 static inline __attribute__((always_inline)) void
 mj_sgd_run(float *restrict p, float *restrict g, float *restrict b, int64_t i0, int64_t i1,
            int first, float lr, float momentum, float one_minus_damp, float wd, int use_momentum,
-           int use_decay, int nesterov, int maximize, float coef, int write_back) {
+           int use_decay, int nesterov, int maximize, float coef, int write_back,
+           uint16_t *restrict tw, int kind) {
     for (int64_t i = i0; i < i1; i++) {
         float gi = g[i] * coef;
         if (write_back) g[i] = gi;
@@ -76,7 +96,9 @@ mj_sgd_run(float *restrict p, float *restrict g, float *restrict b, int64_t i0, 
             }
         }
         float u = lr * gi;
-        p[i] = p[i] - u;
+        float pn = p[i] - u;
+        p[i] = pn;
+        if (kind) tw[i] = mj_twin_of(pn, kind);
     }
 }
 
@@ -84,7 +106,8 @@ static inline __attribute__((always_inline)) void
 mj_adam_run(float *restrict p, float *restrict g, float *restrict m, float *restrict v, int64_t i0,
             int64_t i1, float beta1, float beta2, float eps, float wd, float one_minus_b1,
             float one_minus_b2, float step_size, float sqrt_bc2, float param_decay, int coupled,
-            int decoupled, int maximize, float coef, int write_back) {
+            int decoupled, int maximize, float coef, int write_back, uint16_t *restrict tw,
+            int kind) {
     for (int64_t i = i0; i < i1; i++) {
         float gi = g[i] * coef;
         if (write_back) g[i] = gi;
@@ -107,7 +130,9 @@ mj_adam_run(float *restrict p, float *restrict g, float *restrict m, float *rest
         float d = q + eps;
         float r = mi / d;
         float u = step_size * r;
-        p[i] = pi - u;
+        float pn = pi - u;
+        p[i] = pn;
+        if (kind) tw[i] = mj_twin_of(pn, kind);
         m[i] = mi;
         v[i] = vi;
     }
@@ -120,10 +145,12 @@ void mj_sgd_table(const int64_t *P, const int64_t *G, const int64_t *B, const in
     MJ_FOR_RUNS(offsets, nseg, {
         if (write_back)
             mj_sgd_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(B, t), i0, i1, first, lr, momentum,
-                       one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize, coef, 1);
+                       one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize, coef, 1,
+                       (uint16_t *)0, 0);
         else
             mj_sgd_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(B, t), i0, i1, first, lr, momentum,
-                       one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize, coef, 0);
+                       one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize, coef, 0,
+                       (uint16_t *)0, 0);
     });
 }
 
@@ -136,11 +163,61 @@ void mj_adam_table(const int64_t *P, const int64_t *G, const int64_t *M, const i
         if (write_back)
             mj_adam_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(M, t), MJ_AT(V, t), i0, i1, beta1, beta2,
                         eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2, param_decay,
-                        coupled, decoupled, maximize, coef, 1);
+                        coupled, decoupled, maximize, coef, 1, (uint16_t *)0, 0);
         else
             mj_adam_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(M, t), MJ_AT(V, t), i0, i1, beta1, beta2,
                         eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2, param_decay,
-                        coupled, decoupled, maximize, coef, 0);
+                        coupled, decoupled, maximize, coef, 0, (uint16_t *)0, 0);
+    });
+}
+
+/* One call of the run with write_back and the twin's kind as constants. */
+#define MJ_SGD_TW(WB, KIND)                                                                   \
+    mj_sgd_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(B, t), i0, i1, first, lr, momentum,             \
+               one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize, coef, WB,      \
+               MJ_AT16(TW, t), KIND)
+
+void mj_sgd_twins_table(const int64_t *P, const int64_t *G, const int64_t *B, const int64_t *TW,
+                        const int64_t *kinds, const int64_t *offsets, int64_t nseg, int first,
+                        float lr, float momentum, float one_minus_damp, float wd,
+                        int use_momentum, int use_decay, int nesterov, int maximize, float coef,
+                        int write_back) {
+    MJ_FOR_RUNS(offsets, nseg, {
+        int64_t kind = kinds[t];
+        if (write_back) {
+            if (kind == 1) MJ_SGD_TW(1, 1);
+            else if (kind == 2) MJ_SGD_TW(1, 2);
+            else MJ_SGD_TW(1, 0);
+        } else {
+            if (kind == 1) MJ_SGD_TW(0, 1);
+            else if (kind == 2) MJ_SGD_TW(0, 2);
+            else MJ_SGD_TW(0, 0);
+        }
+    });
+}
+
+#define MJ_ADAM_TW(WB, KIND)                                                                  \
+    mj_adam_run(MJ_AT(P, t), MJ_AT(G, t), MJ_AT(M, t), MJ_AT(V, t), i0, i1, beta1, beta2, eps,  \
+                wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2, param_decay, coupled,      \
+                decoupled, maximize, coef, WB, MJ_AT16(TW, t), KIND)
+
+void mj_adam_twins_table(const int64_t *P, const int64_t *G, const int64_t *M, const int64_t *V,
+                         const int64_t *TW, const int64_t *kinds, const int64_t *offsets,
+                         int64_t nseg, float beta1, float beta2, float eps, float wd,
+                         float one_minus_b1, float one_minus_b2, float step_size, float sqrt_bc2,
+                         float param_decay, int coupled, int decoupled, int maximize, float coef,
+                         int write_back) {
+    MJ_FOR_RUNS(offsets, nseg, {
+        int64_t kind = kinds[t];
+        if (write_back) {
+            if (kind == 1) MJ_ADAM_TW(1, 1);
+            else if (kind == 2) MJ_ADAM_TW(1, 2);
+            else MJ_ADAM_TW(1, 0);
+        } else {
+            if (kind == 1) MJ_ADAM_TW(0, 1);
+            else if (kind == 2) MJ_ADAM_TW(0, 2);
+            else MJ_ADAM_TW(0, 0);
+        }
     });
 }
 

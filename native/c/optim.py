@@ -2,7 +2,8 @@
 
 Parameters and gradients are flat float32 arrays or pieces (separate arrays with
 their offsets, mojolike.optim.params.Pieces), passed to C as tables of addresses (one
-per tensor) with the offsets; the optimizer state is flat.
+per tensor) with the offsets; the optimizer state is flat. Cast twins (sgd_twins,
+adam_twins) are uint16 pieces or one flat uint16 array, a table of their addresses too.
 
 >>> import numpy as np
 >>> p = np.float32([1.0])
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core.pieces import operands, table
+from ...core.pieces import Pieces, address, operands, table
 from ...oracles.fold import CHUNK
 from .base import CffiBase
 
@@ -46,6 +47,29 @@ class CffiOptim(CffiBase):
         tables, cut = operands(p, g, m, v)
         self._lib.mj_adam_table(*map(self._i64, tables), self._i64(cut), cut.size - 1,
                                 *scalars_and_flags, _coef(grad_scale), bool(write_back))
+
+    def sgd_twins(self, p, g, b, tw, kinds, cut, first, lr, momentum, one_minus_damp, wd,
+                  use_momentum, use_decay, nesterov, maximize, *, grad_scale=None,
+                  write_back=False):
+        """`sgd`, writing each element's cast twin in the same pass (optim.c)."""
+        cut = np.ascontiguousarray(cut, np.int64)
+        tb = table(b, cut if use_momentum else np.zeros_like(cut))
+        self._lib.mj_sgd_twins_table(self._i64(table(p, cut)), self._i64(table(g, cut)),
+                                     self._i64(tb), self._i64(_twin_table(tw, cut)),
+                                     self._i64(np.ascontiguousarray(kinds, np.int64)),
+                                     self._i64(cut), cut.size - 1, first, lr, momentum,
+                                     one_minus_damp, wd, use_momentum, use_decay, nesterov,
+                                     maximize, _coef(grad_scale), bool(write_back))
+
+    def adam_twins(self, p, g, m, v, tw, kinds, cut, *scalars_and_flags, grad_scale=None,
+                   write_back=False):
+        """`adam`, writing each element's cast twin in the same pass (optim.c)."""
+        cut = np.ascontiguousarray(cut, np.int64)
+        tables = [table(x, cut) for x in (p, g, m, v)] + [_twin_table(tw, cut)]
+        self._lib.mj_adam_twins_table(*map(self._i64, tables),
+                                      self._i64(np.ascontiguousarray(kinds, np.int64)),
+                                      self._i64(cut), cut.size - 1, *scalars_and_flags,
+                                      _coef(grad_scale), bool(write_back))
 
     def scale(self, g, coef):
         (tg,), cut = operands(g)
@@ -97,6 +121,13 @@ class CffiOptim(CffiBase):
 
 def _coef(grad_scale) -> np.float32:
     return np.float32(1.0 if grad_scale is None else grad_scale)
+
+
+def _twin_table(tw, cut) -> np.ndarray:
+    """Each tensor's twin address: tw is uint16 pieces, or one flat uint16 array cut at cut."""
+    if isinstance(tw, Pieces):
+        return tw.addresses
+    return address(tw) + 2 * cut[:-1]
 
 
 def _chunk_starts(offsets) -> tuple[np.ndarray, np.ndarray]:

@@ -17,16 +17,22 @@ anyway, and one flat transfer and one launch beat a table of per-tensor device
 pointers that would need as many transfers; `params_to_device()` keeps the flat
 copy resident.
 
+The steps with cast twins (`sgd_twins`, `adam_twins`) take a flat uint16 twin buffer,
+each tensor's kind and the tensors' offsets; they loop over the tensors, grid-stride over
+each one's elements, and write an element's twin from its new p with native/mixed.py's
+`bf16_elem` / `f16_elem` (integer arithmetic on the pattern, mojolike.cast's rounding).
+
 Reproducibility: elementwise kernels have no reductions; every sum is the fold
 tree (native/cuda/fold.py), so no launch geometry reaches the bits.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import boolean, cuda, float32, int32, int64, void
+from numba import boolean, cuda, float32, int32, int64, uint16, void
 
 from ...core.interfaces import writes
 from ...oracles.fold import LANES
+from .. import mixed
 from .. import optim as cpu
 from . import prims
 from .base import CudaBase, device, grid
@@ -35,10 +41,32 @@ from .prims import WARPS, shfl_down, warp_scratch
 
 F32_1D = float32[::1]
 I64_1D = int64[::1]
+U16_1D = uint16[::1]
 
 
 sgd_elem = device(cpu.sgd_elem, cpu.PRIMITIVES)
 adam_elem = device(cpu.adam_elem, cpu.PRIMITIVES)
+bf16_elem = device(mixed.bf16_elem)
+f16_elem = device(mixed.f16_elem)
+
+if prims.SIMULATOR:
+    def f32_pattern(x):
+        return np.int64(np.float32(x).view(np.uint32))
+else:
+    from numba.cuda import libdevice
+
+    @cuda.jit(device=True, inline="always")
+    def f32_pattern(x):
+        return int64(libdevice.float_as_int(x)) & 0xFFFFFFFF  # the int32's bits, unsigned
+
+
+def twin_of(x, kind):
+    """The twin pattern of the master value x: bfloat16 (kind 1) or float16 (kind 2)."""
+    u = f32_pattern(x)
+    return np.uint16(bf16_elem(u) if kind == 1 else f16_elem(u))
+
+
+twin_of = device(twin_of)
 
 
 def sgd_kernel(p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov,
@@ -61,6 +89,40 @@ def adam_kernel(p, g, m, v, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2, s
                                          param_decay, coupled, decoupled, maximize, coef)
         if write_back:
             g[i] = gi
+
+
+def sgd_twins_kernel(p, g, b, tw, kinds, cut, first, lr, momentum, one_minus_damp, wd,
+                     use_momentum, use_decay, nesterov, maximize, coef, write_back):
+    # sgd_kernel tensor by tensor (each one kind), the twin from each element's new p
+    for t in range(kinds.size):
+        kind = kinds[t]
+        for i in range(cut[t] + cuda.grid(1), cut[t + 1], cuda.gridsize(1)):
+            bi = b[i] if use_momentum else NEG_ZERO
+            pi, bi, gi = sgd_elem(p[i], g[i], bi, first, lr, momentum, one_minus_damp, wd,
+                                  use_momentum, use_decay, nesterov, maximize, coef)
+            p[i] = pi
+            if kind != 0:
+                tw[i] = twin_of(pi, kind)
+            if use_momentum:
+                b[i] = bi
+            if write_back:
+                g[i] = gi
+
+
+def adam_twins_kernel(p, g, m, v, tw, kinds, cut, beta1, beta2, eps, wd, one_minus_b1,
+                      one_minus_b2, step_size, sqrt_bc2, param_decay, coupled, decoupled, maximize,
+                      coef, write_back):
+    for t in range(kinds.size):
+        kind = kinds[t]
+        for i in range(cut[t] + cuda.grid(1), cut[t + 1], cuda.gridsize(1)):
+            pi, m[i], v[i], gi = adam_elem(p[i], g[i], m[i], v[i], beta1, beta2, eps, wd,
+                                           one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
+                                           param_decay, coupled, decoupled, maximize, coef)
+            p[i] = pi
+            if kind != 0:
+                tw[i] = twin_of(pi, kind)
+            if write_back:
+                g[i] = gi
 
 
 def scale_kernel(g, coef):
@@ -127,6 +189,11 @@ KERNELS = {
     "sgd": (sgd_kernel, void(F32_1D, F32_1D, F32_1D, _B, float32, float32, float32, float32, _B, _B, _B, _B,
                              float32, _B)),
     "adam": (adam_kernel, void(F32_1D, F32_1D, F32_1D, F32_1D, *[float32] * 9, _B, _B, _B, float32, _B)),
+    "sgd_twins": (sgd_twins_kernel, void(F32_1D, F32_1D, F32_1D, U16_1D, I64_1D, I64_1D, _B,
+                                         float32, float32, float32, float32, _B, _B, _B, _B,
+                                         float32, _B)),
+    "adam_twins": (adam_twins_kernel, void(F32_1D, F32_1D, F32_1D, F32_1D, U16_1D, I64_1D, I64_1D,
+                                           *[float32] * 9, _B, _B, _B, float32, _B)),
     "fold_sumsq": (fold_sumsq_kernel, void(F32_1D, I64_1D, I64_1D, F32_1D, F32_1D)),
     "scale": (scale_kernel, void(F32_1D, float32)),
     "add": (add_kernel, void(F32_1D, F32_1D, F32_1D)),
@@ -173,6 +240,19 @@ class CudaOptim(CudaBase):
         scaled gradient is stored into g, else g is left as it was."""
         self._run("adam", p.size, p, g, m, v, *scalars_and_flags, cpu._coef(grad_scale),
                   bool(write_back), also=(1,) if write_back else ())
+
+    def sgd_twins(self, p, g, b, tw, kinds, cut, *scalars_and_flags, grad_scale=None,
+                  write_back=False):
+        """`sgd`, writing each element's cast twin in the same pass (tw: flat uint16)."""
+        self._run("sgd_twins", p.size, p, g, b, tw, _i64(kinds), _i64(cut), *scalars_and_flags,
+                  cpu._coef(grad_scale), bool(write_back), also=(1,) if write_back else ())
+
+    def adam_twins(self, p, g, m, v, tw, kinds, cut, *scalars_and_flags, grad_scale=None,
+                   write_back=False):
+        """`adam`, writing each element's cast twin in the same pass (tw: flat uint16)."""
+        self._run("adam_twins", p.size, p, g, m, v, tw, _i64(kinds), _i64(cut),
+                  *scalars_and_flags, cpu._coef(grad_scale), bool(write_back),
+                  also=(1,) if write_back else ())
 
     def scale(self, g, coef):
         self._run("scale", g.size, g, coef)
@@ -226,6 +306,10 @@ class CudaOptim(CudaBase):
         out = np.empty(2, np.float32)
         self._run("clip_finish", 1, total_sq, max_norm, eps, out)
         return out[0], out[1]
+
+
+def _i64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, np.int64)
 
 
 def load(mode: str, backend: str = "cuda") -> CudaOptim:

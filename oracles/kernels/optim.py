@@ -60,6 +60,20 @@ class OracleOptim:
         if write_back:
             codec.store(g, gs)
 
+    def sgd_twins(self, p, g, b, tw, kinds, cut, first, lr, momentum, one_minus_damp, wd,
+                  use_momentum, use_decay, nesterov, maximize, *, grad_scale=None,
+                  write_back=False):
+        """`sgd`, then each tensor's twin (tw: flat uint16) from the new p (the definition)."""
+        self.sgd(p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay,
+                 nesterov, maximize, grad_scale=grad_scale, write_back=write_back)
+        _twins(p, tw, kinds, cut)
+
+    def adam_twins(self, p, g, m, v, tw, kinds, cut, *scalars_and_flags, grad_scale=None,
+                   write_back=False):
+        """`adam`, then each tensor's twin from the new p."""
+        self.adam(p, g, m, v, *scalars_and_flags, grad_scale=grad_scale, write_back=write_back)
+        _twins(p, tw, kinds, cut)
+
     def scale(self, g, coef):
         c = codec.decode_scalar(coef)
         codec.store(g, [f32.mul(x, c) for x in codec.decode(g)])
@@ -97,6 +111,14 @@ def _scaled(g, grad_scale) -> list[float]:
         return gs
     c = codec.decode_scalar(grad_scale)
     return [f32.mul(x, c) for x in gs]
+
+
+def _twins(p, tw, kinds, cut) -> None:
+    """tw[k] = the twin pattern of p[k] for every element of a tensor whose kind is not 0."""
+    for t, kind in enumerate(int(x) for x in kinds):
+        if kind != spec.TWIN_NONE:
+            lo, hi = int(cut[t]), int(cut[t + 1])
+            tw[lo:hi] = [spec.twin_bits(x, kind) for x in codec.decode(p[lo:hi])]
 
 
 def _or_identity(total, cells: list[float]) -> float:

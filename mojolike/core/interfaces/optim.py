@@ -46,6 +46,20 @@ class OptimKernels(KernelSet, Protocol):
         order (`mojolike.oracles.optim.AdamScalars`). The gradient is read and written back
         as in `sgd`."""
 
+    def sgd_twins(self, p: Written, g: Gradient, b: Written, tw: Written, kinds: Array, cut: Array,
+                  first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov,
+                  maximize, *, grad_scale=None, write_back=False) -> None:
+        """`sgd`, and in the same pass each element's cast twin: cut (int64) cuts p into
+        tensors, and once element k of tensor t has its new p, tw[k] (uint16 bit patterns, flat,
+        or pieces at cut where `takes_pieces`) gets it rounded to bfloat16 (kinds[t] = 1) or
+        float16 (kinds[t] = 2), mojolike.cast's rounding; a tensor of kind 0 has no twin and
+        its part of tw is not touched."""
+
+    def adam_twins(self, p: Written, g: Gradient, m: Written, v: Written, tw: Written,
+                   kinds: Array, cut: Array, *scalars_and_flags, grad_scale=None,
+                   write_back=False) -> None:
+        """`adam`, and in the same pass each element's cast twin, as in `sgd_twins`."""
+
     def scale(self, g: Written, coef) -> None:
         """g[i] = g[i] * coef in place (one rounding each): the clip's and the unscale's multiply."""
 
