@@ -166,7 +166,20 @@ def twin_table(tw, cut) -> np.ndarray:
 
 def sgd_twins(p, g, b, tw, kinds, cut, first, lr, momentum, one_minus_damp, wd, use_momentum,
               use_decay, nesterov, maximize, coef, write_back) -> None:
-    """The SGD step with twins on operands cut at `cut` (flat arrays or pieces)."""
+    """The SGD step with twins on operands cut at `cut` (flat arrays or pieces; tw uint16
+    pieces or one flat uint16 array), coef the gradient's read scale (1: none).
+
+    Reproducibility: p and b are native/optim.py's `sgd` bits; tw[k] is mojolike.cast of
+    the new p[k] (kinds[t] 1 bfloat16, 2 float16, 0 untouched), on any thread count.
+
+    >>> import numpy as np
+    >>> p, tw = np.float32([1.0, 65520.0, 3.0]), np.full(3, 7, np.uint16)
+    >>> sgd_twins(p, np.float32([1.0, 0.0, 1.0]), np.zeros(1, np.float32), tw,
+    ...           np.int64([2, 0]), np.int64([0, 2, 3]), True, 0.5, 0.0, 1.0, 0.0, False,
+    ...           False, False, False, 1.0, False)
+    >>> p.tolist(), [hex(v) for v in tw.tolist()]  # 65520 is float16 infinity; tensor 1 kept
+    ([0.5, 65520.0, 2.5], ['0x3800', '0x7c00', '0x7'])
+    """
     cut = np.ascontiguousarray(cut, np.int64)
     # without momentum b is a placeholder: every entry points at it, none is touched
     tb = table(b, cut if use_momentum else np.zeros_like(cut))
@@ -177,7 +190,19 @@ def sgd_twins(p, g, b, tw, kinds, cut, first, lr, momentum, one_minus_damp, wd, 
 
 
 def adam_twins(p, g, m, v, tw, kinds, cut, *scalars_and_flags) -> None:
-    """The Adam step with twins; scalars_and_flags end with coef and write_back."""
+    """The Adam step with twins: scalars_and_flags are native/optim.py's `adam` scalars and
+    flags, then coef and write_back.
+
+    Reproducibility: p, m and v are `adam`'s bits; tw as in `sgd_twins`.
+
+    >>> import numpy as np
+    >>> p, z, tw = np.float32([1.0]), np.zeros(1, np.float32), np.zeros(1, np.uint16)
+    >>> s = [np.float32(x) for x in (0.9, 0.999, 1e-8, 0.0, 0.1, 0.001, 0.1, 1.0, 1.0)]
+    >>> adam_twins(p, np.float32([2.0]), z.copy(), z.copy(), tw, np.int64([1]), np.int64([0, 1]),
+    ...            *s, False, False, False, np.float32(1.0), False)
+    >>> p.tolist(), hex(tw[0])  # 1 - 0.1 * 0.2 / (sqrt(0.004) + 1e-8); bfloat16 0.68359375
+    ([0.6837722659111023], '0x3f2f')
+    """
     cut = np.ascontiguousarray(cut, np.int64)
     adam_twins_kernel(cut[-1], table(p, cut), table(g, cut), table(m, cut), table(v, cut),
                       twin_table(tw, cut), np.ascontiguousarray(kinds, np.int64), cut,

@@ -329,3 +329,22 @@ def test_a_parameter_above_the_parallel_threshold_gets_the_same_twins_on_one_and
     _assert_twins_are_casts(p2, t2)
     without, _ = _run(backend, config, shapes, None, 2)
     assert [_u32(p) for p in p2] == [_u32(p) for p in without]
+
+
+@pytest.mark.parametrize("backend", ["oracle", "cpu-numba", "cpu-cffi"])
+def test_parameters_in_one_arena_and_in_groups_get_the_twins_of_their_own_steps(backend):
+    # views of one allocation are borrowed as one flat array; two groups step in two runs
+    shapes = ((6,), (2, 5), (4,))
+    runs = []
+    for with_twins in (True, False):
+        arena = np.concatenate([p.reshape(-1) for p in _masters(9, shapes)])
+        cut = np.cumsum([0] + [int(np.prod(s)) for s in shapes])
+        params = [arena[a:b].reshape(s) for a, b, s in zip(cut[:-1], cut[1:], shapes)]
+        twins = [np.zeros(s, d) for s, d in zip(shapes, (BF16, F16, BF16))] if with_twins else None
+        groups = [{"params": params[:2]}, {"params": params[2:], "lr": 0.5}]
+        opt = mojolike.SGD(groups, lr=0.1, momentum=0.9, backend=backend, twins=twins)
+        _steps(opt, _grads(9, shapes, 3))
+        runs.append(arena)
+        if with_twins:
+            _assert_twins_are_casts(params, twins)
+    assert _u32(runs[0]) == _u32(runs[1])

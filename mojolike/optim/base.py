@@ -345,7 +345,17 @@ class _Optimizer:
     def refresh_twins(self) -> None:
         """Write every cast twin from its float32 master (mojolike.cast's rounding): after a
         change to the masters made outside the optimizer's steps. The constructor and
-        load_state_dict do it too; steps keep the twins of the parameters they update."""
+        load_state_dict do it too; steps keep the twins of the parameters they update.
+
+        Reproducibility: each twin is mojolike.cast(master, its dtype) on this optimizer's
+        backend and mode, the oracle's bits in numeric_mode="identical".
+
+        >>> import numpy as np, mojolike
+        >>> w, w16 = np.float32([1.0, 3.0]), np.zeros(2, np.float16)
+        >>> opt = mojolike.SGD(w, lr=0.1, twins=[w16], backend="oracle")
+        >>> w[...] = [65520.0, 2.0 ** -25]; opt.refresh_twins(); w16.tolist()
+        [inf, 0.0]
+        """
         self._refresh_twins()
 
     def _refresh_twins(self) -> None:

@@ -51,7 +51,20 @@ class CffiOptim(CffiBase):
     def sgd_twins(self, p, g, b, tw, kinds, cut, first, lr, momentum, one_minus_damp, wd,
                   use_momentum, use_decay, nesterov, maximize, *, grad_scale=None,
                   write_back=False):
-        """`sgd`, writing each element's cast twin in the same pass (optim.c)."""
+        """`sgd`, writing each element's cast twin in the same pass (optim.c): tw uint16
+        pieces or one flat uint16 array, kinds[t] 1 bfloat16, 2 float16, 0 untouched.
+
+        Reproducibility: p and b are `sgd`'s bits, tw[k] mojolike.cast of the new p[k], on
+        any OpenMP thread count.
+
+        >>> import numpy as np
+        >>> p, tw = np.float32([1.0, 2.0]), np.zeros(2, np.uint16)
+        >>> load("identical").sgd_twins(p, np.float32([1.0, 1.0]), np.zeros(1, np.float32),
+        ...     tw, np.int64([2, 1]), np.int64([0, 1, 2]), True, np.float32(0.25),
+        ...     *map(np.float32, (0.0, 1.0, 0.0)), *[np.bool_(False)] * 4)
+        >>> p.tolist(), [hex(v) for v in tw.tolist()]
+        ([0.75, 1.75], ['0x3a00', '0x3fe0'])
+        """
         cut = np.ascontiguousarray(cut, np.int64)
         tb = table(b, cut if use_momentum else np.zeros_like(cut))
         self._lib.mj_sgd_twins_table(self._i64(table(p, cut)), self._i64(table(g, cut)),
@@ -63,7 +76,10 @@ class CffiOptim(CffiBase):
 
     def adam_twins(self, p, g, m, v, tw, kinds, cut, *scalars_and_flags, grad_scale=None,
                    write_back=False):
-        """`adam`, writing each element's cast twin in the same pass (optim.c)."""
+        """`adam`, writing each element's cast twin in the same pass (optim.c), as
+        `sgd_twins` does.
+
+        Reproducibility: p, m and v are `adam`'s bits; tw as in `sgd_twins`."""
         cut = np.ascontiguousarray(cut, np.int64)
         tables = [table(x, cut) for x in (p, g, m, v)] + [_twin_table(tw, cut)]
         self._lib.mj_adam_twins_table(*map(self._i64, tables),

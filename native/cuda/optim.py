@@ -243,13 +243,19 @@ class CudaOptim(CudaBase):
 
     def sgd_twins(self, p, g, b, tw, kinds, cut, *scalars_and_flags, grad_scale=None,
                   write_back=False):
-        """`sgd`, writing each element's cast twin in the same pass (tw: flat uint16)."""
+        """`sgd`, writing each element's cast twin in the same pass (tw: flat uint16, kinds
+        and cut as the interface says); tw comes back to the host after the launch.
+
+        Reproducibility: p and b are `sgd`'s bits, tw[k] mojolike.cast of the new p[k] (integer
+        operations on the pattern); no launch geometry reaches them."""
         self._run("sgd_twins", p.size, p, g, b, tw, _i64(kinds), _i64(cut), *scalars_and_flags,
                   cpu._coef(grad_scale), bool(write_back), also=(1,) if write_back else ())
 
     def adam_twins(self, p, g, m, v, tw, kinds, cut, *scalars_and_flags, grad_scale=None,
                    write_back=False):
-        """`adam`, writing each element's cast twin in the same pass (tw: flat uint16)."""
+        """`adam`, writing each element's cast twin in the same pass (tw: flat uint16).
+
+        Reproducibility: p, m and v are `adam`'s bits; tw as in `sgd_twins`."""
         self._run("adam_twins", p.size, p, g, m, v, tw, _i64(kinds), _i64(cut),
                   *scalars_and_flags, cpu._coef(grad_scale), bool(write_back),
                   also=(1,) if write_back else ())

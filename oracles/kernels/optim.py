@@ -63,14 +63,37 @@ class OracleOptim:
     def sgd_twins(self, p, g, b, tw, kinds, cut, first, lr, momentum, one_minus_damp, wd,
                   use_momentum, use_decay, nesterov, maximize, *, grad_scale=None,
                   write_back=False):
-        """`sgd`, then each tensor's twin (tw: flat uint16) from the new p (the definition)."""
+        """`sgd`, then each tensor's twin (tw: flat uint16, cut into tensors by cut) from the
+        new p: kinds[t] 1 bfloat16, 2 float16, 0 no twin (its part of tw untouched).
+
+        Reproducibility: the definition; tw[k] is `spec.twin_bits` of the new p[k].
+
+        >>> import numpy as np
+        >>> p, tw = np.float32([1.0, 2.0]), np.zeros(2, np.uint16)
+        >>> OracleOptim().sgd_twins(p, np.float32([1.0, 1.0]), np.zeros(1, np.float32), tw,
+        ...                         np.int64([1, 0]), np.int64([0, 1, 2]), True,
+        ...                         *map(np.float32, (0.25, 0.0, 1.0, 0.0)), *[False] * 4)
+        >>> p.tolist(), [hex(v) for v in tw.tolist()]
+        ([0.75, 1.75], ['0x3f40', '0x0'])
+        """
         self.sgd(p, g, b, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay,
                  nesterov, maximize, grad_scale=grad_scale, write_back=write_back)
         _twins(p, tw, kinds, cut)
 
     def adam_twins(self, p, g, m, v, tw, kinds, cut, *scalars_and_flags, grad_scale=None,
                    write_back=False):
-        """`adam`, then each tensor's twin from the new p."""
+        """`adam`, then each tensor's twin from the new p, as in `sgd_twins`.
+
+        Reproducibility: the definition, as `sgd_twins`.
+
+        >>> import numpy as np
+        >>> p, z, tw = np.float32([1.0]), np.zeros(1, np.float32), np.zeros(1, np.uint16)
+        >>> s = [np.float32(x) for x in (0.9, 0.999, 1e-8, 0.0, 0.1, 0.001, 0.1, 1.0, 1.0)]
+        >>> OracleOptim().adam_twins(p, np.float32([2.0]), z.copy(), z.copy(), tw,
+        ...                          np.int64([2]), np.int64([0, 1]), *s, False, False, False)
+        >>> p.tolist(), hex(tw[0])  # float16 0.68359375
+        ([0.6837722659111023], '0x3978')
+        """
         self.adam(p, g, m, v, *scalars_and_flags, grad_scale=grad_scale, write_back=write_back)
         _twins(p, tw, kinds, cut)
 
