@@ -40,6 +40,12 @@ def backend_case_params(backends, small, big):
     return out
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """tests/test_cards.py's tests run last: by then the background run of every suite that
+    pytest_collection_finish starts (test_cards.start_all_runs) has had the session to finish."""
+    items.sort(key=lambda item: item.path.name == "test_cards.py")  # stable: the rest keep order
+
+
 def pytest_collection_finish(session):
     """Start tests/test_vectorized.py's per-target compilations as soon as collection selects
     them: they run at low priority beside the tests before that module (tests in one
@@ -50,6 +56,10 @@ def pytest_collection_finish(session):
     if wanted:
         import test_vectorized
         session.config.mojolike_targets = test_vectorized.start_targets(session.config, wanted)
+    if any(item.path.name == "test_cards.py" and "all_runs" in item.fixturenames
+           for item in session.items):
+        import test_cards
+        session.config.mojolike_all_runs = test_cards.start_all_runs()
 
 
 def pytest_sessionfinish(session):
@@ -57,3 +67,7 @@ def pytest_sessionfinish(session):
     if procs:  # the module's fixture stops them too; this covers a session that never got there
         import test_vectorized
         test_vectorized.stop_targets(procs)
+    started = getattr(session.config, "mojolike_all_runs", None)
+    if started is not None and started[0].poll() is None:  # a session stopped before test_cards
+        import test_cards
+        test_cards.stop_all_runs(started[0])

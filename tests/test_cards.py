@@ -1,8 +1,22 @@
-"""The harness: every backend regenerates the committed card, wrong trees are caught, the CLI says so."""
+"""The harness: every backend regenerates the committed card, wrong trees are caught, the CLI says so.
+
+Every suite on every backend (`all_runs`) is the longest piece of the test run, and half of
+it leaves a core idle (the simulator's worker waits on one process, the negative controls
+run in one). So conftest starts it in a process of its own when collection selects this
+module (`start_all_runs`), and moves this module's tests to the end of the session: the
+other tests run beside it, and the fixture reads its pickled runs when they are done.
+"""
 from __future__ import annotations
 
 import copy
 import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,11 +31,41 @@ from mojolike.core import cardformat
 BACKENDS = ("oracle", "cpu-numba", "cpu-cffi", "cuda-sim")
 
 
-@pytest.fixture(scope="module")
-def all_runs():
+def every_run() -> dict:
+    """{(suite, backend): SuiteRun} for every suite on every available backend of BACKENDS."""
     ready = [b for b in BACKENDS if available(b)]
     runs = harness.run_many([harness.suite_module(s) for s in SUITES], ready)
-    out = {(s, b): r for s, row in zip(SUITES, runs) for b, r in zip(ready, row)}
+    return {(s, b): r for s, row in zip(SUITES, runs) for b, r in zip(ready, row)}
+
+
+def start_all_runs() -> tuple[subprocess.Popen, Path]:
+    """`every_run()` in a process of its own, pickled to the returned path when it is done."""
+    path = Path(tempfile.mkdtemp(prefix="mojolike-all-runs-")) / "runs.pickle"
+    proc = subprocess.Popen([sys.executable, __file__, str(path)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parent,
+                            env=dict(os.environ), start_new_session=True)
+    return proc, path
+
+
+def stop_all_runs(proc: subprocess.Popen) -> None:
+    """Kill the background run and the simulator's worker it started (one process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def all_runs(request):
+    started = getattr(request.config, "mojolike_all_runs", None)
+    if started is None:  # conftest did not start it (this module collected another way)
+        out = every_run()
+    else:
+        proc, path = started
+        _, err = proc.communicate(timeout=3600)
+        assert proc.returncode == 0, f"the background run of every suite failed:\n{err[-4000:]}"
+        out = pickle.loads(path.read_bytes())
     assert len(out) == len(SUITES) * len(BACKENDS), "every CI backend must run here"
     return out
 
@@ -334,3 +378,8 @@ def test_backends_cli_prints_every_backend(capsys):
     out = capsys.readouterr().out
     for name in ("oracle", "cpu-numba", "cpu-cffi", "cuda", "cuda-sim"):
         assert name in out
+
+
+if __name__ == "__main__":  # the background process conftest starts: every run, pickled
+    os.nice(5)  # the session's own tests (timeouts among them) keep their core
+    Path(sys.argv[1]).write_bytes(pickle.dumps(every_run()))
