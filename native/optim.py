@@ -125,38 +125,107 @@ def _run(offsets, lo, hi):
     return t, lo - base, min(hi, offsets[t + 1]) - base, offsets[t + 1] - base
 
 
+def _no_twin_kind(kinds, t):
+    return 0
+
+
+def _no_twin_views(P, TW, t, size):
+    return 0, 0
+
+
+def _no_twin_store(tw, pb, lo, hi, kind):
+    return None
+
+
+def sgd_task(P, G, B, TW, kinds, offsets, lo, hi, first, lr, momentum, one_minus_damp, wd,
+             use_momentum, use_decay, nesterov, maximize, coef, write_back):
+    """Elements [lo, hi) of an SGD step: each tensor's run as vectors, then scalars. After
+    each vector or element of new p comes `twin_store` of the run's `twin_views`: no-ops in
+    `_sgd` (they compile to nothing), the cast twins' store in native/optim_twins.py, which
+    retargets this source, so the step itself is written once."""
+    # without momentum B holds placeholders: never read, never written
+    vlr, vmom, vomd, vwd = vsplat(lr), vsplat(momentum), vsplat(one_minus_damp), vsplat(wd)
+    vcoef, vnz = vsplat(coef), vsplat(NEG_ZERO)
+    while lo < hi:
+        t, i, stop, size = _run(offsets, lo, hi)
+        lo += stop - i
+        kind = twin_kind(kinds, t)
+        p, g, b = at(P[t], size), at(G[t], size), at(B[t], size if use_momentum else 1)
+        tw, pb = twin_views(P, TW, t, size)
+        while i + WIDTH <= stop:
+            bi = vload(b, i) if use_momentum else vnz
+            pi, bi, gi = _sgd_vec(vload(p, i), vload(g, i), bi, first, vlr, vmom, vomd, vwd,
+                                  use_momentum, use_decay, nesterov, maximize, vcoef)
+            vstore(p, i, pi)
+            twin_store(tw, pb, i, i + WIDTH, kind)
+            if use_momentum:
+                vstore(b, i, bi)
+            if write_back:
+                vstore(g, i, gi)
+            i += WIDTH
+        for k in range(i, stop):
+            bk = b[k] if use_momentum else NEG_ZERO
+            p[k], bk, gk = _sgd_elem(p[k], g[k], bk, first, lr, momentum, one_minus_damp, wd,
+                                     use_momentum, use_decay, nesterov, maximize, coef)
+            twin_store(tw, pb, k, k + 1, kind)
+            if use_momentum:
+                b[k] = bk
+            if write_back:
+                g[k] = gk
+
+
+def adam_task(P, G, M, V, TW, kinds, offsets, lo, hi, beta1, beta2, eps, wd, one_minus_b1,
+              one_minus_b2, step_size, sqrt_bc2, param_decay, coupled, decoupled, maximize, coef,
+              write_back):
+    """Elements [lo, hi) of an Adam/AdamW step, with the twin hooks of `sgd_task`."""
+    vb1, vb2, veps, vwd = vsplat(beta1), vsplat(beta2), vsplat(eps), vsplat(wd)
+    vomb1, vomb2, vstep, vbc2 = (vsplat(one_minus_b1), vsplat(one_minus_b2), vsplat(step_size),
+                                 vsplat(sqrt_bc2))
+    vdecay, vcoef = vsplat(param_decay), vsplat(coef)
+    while lo < hi:
+        t, i, stop, size = _run(offsets, lo, hi)
+        lo += stop - i
+        kind = twin_kind(kinds, t)
+        p, g, m, v = at(P[t], size), at(G[t], size), at(M[t], size), at(V[t], size)
+        tw, pb = twin_views(P, TW, t, size)
+        while i + WIDTH <= stop:
+            pi, mi, vi, gi = _adam_vec(vload(p, i), vload(g, i), vload(m, i), vload(v, i), vb1,
+                                       vb2, veps, vwd, vomb1, vomb2, vstep, vbc2, vdecay, coupled,
+                                       decoupled, maximize, vcoef)
+            vstore(p, i, pi)
+            twin_store(tw, pb, i, i + WIDTH, kind)
+            vstore(m, i, mi)
+            vstore(v, i, vi)
+            if write_back:
+                vstore(g, i, gi)
+            i += WIDTH
+        for k in range(i, stop):
+            p[k], m[k], v[k], gk = _adam_elem(p[k], g[k], m[k], v[k], beta1, beta2, eps, wd,
+                                              one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
+                                              param_decay, coupled, decoupled, maximize, coef)
+            twin_store(tw, pb, k, k + 1, kind)
+            if write_back:
+                g[k] = gk
+
+
+# the steps without twins: the hooks bound to no-ops
+_NO_TWINS = dict(twin_kind=njit(**_INLINE)(_no_twin_kind),
+                 twin_views=njit(**_INLINE)(_no_twin_views),
+                 twin_store=njit(**_INLINE)(_no_twin_store))
+_sgd_task = retarget(sgd_task, njit(**_INLINE), **_NO_TWINS)
+_adam_task = retarget(adam_task, njit(**_INLINE), **_NO_TWINS)
+
+
 @njit(void(I64, I64, I64, I64, boolean, float32, float32, float32, float32, boolean, boolean,
            boolean, boolean, float32, boolean), parallel=True, **_STRICT)
 def _sgd(P, G, B, offsets, first, lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov,
          maximize, coef, write_back):
-    # without momentum B holds placeholders: never read, never written
+    # P and offsets stand in for the twins' table and kinds: the no-op hooks never read them
     n = offsets[offsets.size - 1]
     for task in prange((n + TASK - 1) // TASK):
-        lo, hi = task * TASK, min(task * TASK + TASK, n)
-        vlr, vmom, vomd, vwd = vsplat(lr), vsplat(momentum), vsplat(one_minus_damp), vsplat(wd)
-        vcoef, vnz = vsplat(coef), vsplat(NEG_ZERO)
-        while lo < hi:
-            t, i, stop, size = _run(offsets, lo, hi)
-            lo += stop - i
-            p, g, b = at(P[t], size), at(G[t], size), at(B[t], size if use_momentum else 1)
-            while i + WIDTH <= stop:
-                bi = vload(b, i) if use_momentum else vnz
-                pi, bi, gi = _sgd_vec(vload(p, i), vload(g, i), bi, first, vlr, vmom, vomd, vwd,
-                                      use_momentum, use_decay, nesterov, maximize, vcoef)
-                vstore(p, i, pi)
-                if use_momentum:
-                    vstore(b, i, bi)
-                if write_back:
-                    vstore(g, i, gi)
-                i += WIDTH
-            for k in range(i, stop):
-                bk = b[k] if use_momentum else NEG_ZERO
-                p[k], bk, gk = _sgd_elem(p[k], g[k], bk, first, lr, momentum, one_minus_damp, wd,
-                                         use_momentum, use_decay, nesterov, maximize, coef)
-                if use_momentum:
-                    b[k] = bk
-                if write_back:
-                    g[k] = gk
+        _sgd_task(P, G, B, P, offsets, offsets, task * TASK, min(task * TASK + TASK, n), first,
+                  lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize,
+                  coef, write_back)
 
 
 @njit(void(I64, I64, I64, I64, I64, float32, float32, float32, float32, float32, float32, float32,
@@ -165,31 +234,9 @@ def _adam(P, G, M, V, offsets, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2
           param_decay, coupled, decoupled, maximize, coef, write_back):
     n = offsets[offsets.size - 1]
     for task in prange((n + TASK - 1) // TASK):
-        lo, hi = task * TASK, min(task * TASK + TASK, n)
-        vb1, vb2, veps, vwd = vsplat(beta1), vsplat(beta2), vsplat(eps), vsplat(wd)
-        vomb1, vomb2, vstep, vbc2 = (vsplat(one_minus_b1), vsplat(one_minus_b2), vsplat(step_size),
-                                     vsplat(sqrt_bc2))
-        vdecay, vcoef = vsplat(param_decay), vsplat(coef)
-        while lo < hi:
-            t, i, stop, size = _run(offsets, lo, hi)
-            lo += stop - i
-            p, g, m, v = at(P[t], size), at(G[t], size), at(M[t], size), at(V[t], size)
-            while i + WIDTH <= stop:
-                pi, mi, vi, gi = _adam_vec(vload(p, i), vload(g, i), vload(m, i), vload(v, i), vb1,
-                                           vb2, veps, vwd, vomb1, vomb2, vstep, vbc2, vdecay, coupled,
-                                           decoupled, maximize, vcoef)
-                vstore(p, i, pi)
-                vstore(m, i, mi)
-                vstore(v, i, vi)
-                if write_back:
-                    vstore(g, i, gi)
-                i += WIDTH
-            for k in range(i, stop):
-                p[k], m[k], v[k], gk = _adam_elem(p[k], g[k], m[k], v[k], beta1, beta2, eps, wd,
-                                                  one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
-                                                  param_decay, coupled, decoupled, maximize, coef)
-                if write_back:
-                    g[k] = gk
+        _adam_task(P, G, M, V, P, offsets, offsets, task * TASK, min(task * TASK + TASK, n),
+                   beta1, beta2, eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
+                   param_decay, coupled, decoupled, maximize, coef, write_back)
 
 
 @njit(void(I64, I64, float32), parallel=True, **_STRICT)

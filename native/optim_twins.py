@@ -1,14 +1,14 @@
 """numba CPU kernels of the SGD and Adam/AdamW steps that also write cast twins.
 
-The steps of native/optim.py (the same element functions, vector and scalar, and the
-same split into tasks and runs), with one more operand: each tensor's twin, a uint16
-array of bit patterns at an address of the table TW, and its kind (0 none, 1 bfloat16,
-2 float16). Right after a vector or element of new master values is stored, their
-patterns are read back and rounded to the twin's type by native/mixed.py's
-`bf16_elem` / `f16_elem` (mojolike.cast's rounding, integer arithmetic only), so the
-twin is written in the same pass as the parameter. A tensor of kind 0 is never
-touched. native/optim.py loads this module on the first step with twins; the steps
-without twins keep their own kernels.
+native/optim.py's step sources (`sgd_task`, `adam_task`: the same element functions,
+vector and scalar, and the same split into tasks and runs) retargeted with their twin
+hooks bound, and one more operand: each tensor's twin, a uint16 array of bit patterns at
+an address of the table TW, and its kind (0 none, 1 bfloat16, 2 float16). Right after a
+vector or element of new master values is stored, their patterns are read back and
+rounded to the twin's type by native/mixed.py's `bf16_elem` / `f16_elem` (mojolike.cast's
+rounding, integer arithmetic only), so the twin is written in the same pass as the
+parameter. A tensor of kind 0 is never touched. native/optim.py loads this module on the
+first step with twins; its steps without twins bind the hooks to no-ops.
 
 Reproducibility: elementwise; a twin element depends on its own master's bits alone,
 so no thread count or run cut reaches them.
@@ -27,14 +27,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 from llvmlite import ir
-from numba import boolean, float32, njit, prange, types, uint16, uint32, void
+from numba import boolean, float32, njit, prange, types, uint16, void
 from numba.core.extending import intrinsic
 
 from ..core.pieces import Pieces, address, table
-from .fold import I64, NEG_ZERO, at
+from . import optim
+from .fold import I64, at
 from .mixed import bf16_elem, f16_elem, wide
-from .optim import _INLINE, _STRICT, TASK, _adam_elem, _adam_vec, _run, _sgd_elem, _sgd_vec
-from .simd import WIDTH, vload, vsplat, vstore
+from .optim import _INLINE, _STRICT, TASK
+from .retarget import retarget
 from .threads import Twin
 
 _bf16 = njit(**_INLINE)(bf16_elem)
@@ -52,19 +53,17 @@ def _u16_pointer(typingctx, addr):
     return types.CPointer(uint16)(addr), codegen
 
 
-@intrinsic
-def _u32_pointer(typingctx, addr):
-    """The integer addr as a uint32 pointer: a float32 array's bit patterns."""
-    if not isinstance(addr, types.Integer):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.inttoptr(args[0], ir.PointerType(ir.IntType(32)))
-    return types.CPointer(uint32)(addr), codegen
+def _twin_kind(kinds, t):
+    return kinds[t]
 
 
-@njit(**_INLINE)
-def _store_twins(tw, pb, lo, hi, kind):
+def _twin_views(P, TW, t, size):
+    """Tensor t's twin (uint16 patterns) and its master's float32 patterns, read back after
+    the master's store."""
+    return numba.carray(_u16_pointer(TW[t]), size), at(P[t], size).view(np.uint32)
+
+
+def _twin_store(tw, pb, lo, hi, kind):
     """tw[k] = the kind's pattern of the master pattern pb[k], for k in [lo, hi)."""
     if kind == 1:
         for k in range(lo, hi):
@@ -74,42 +73,22 @@ def _store_twins(tw, pb, lo, hi, kind):
             tw[k] = uint16(_f16(wide(pb[k])))
 
 
+# native/optim.py's step sources with the twin hooks bound to the twins' store
+_TWINS = dict(twin_kind=njit(**_INLINE)(_twin_kind), twin_views=njit(**_INLINE)(_twin_views),
+              twin_store=njit(**_INLINE)(_twin_store))
+_sgd_task = retarget(optim.sgd_task, njit(**_INLINE), **_TWINS)
+_adam_task = retarget(optim.adam_task, njit(**_INLINE), **_TWINS)
+
+
 @njit(void(I64, I64, I64, I64, I64, I64, boolean, float32, float32, float32, float32, boolean,
            boolean, boolean, boolean, float32, boolean), parallel=True, **_STRICT)
 def _sgd_tw(P, G, B, TW, kinds, offsets, first, lr, momentum, one_minus_damp, wd, use_momentum,
             use_decay, nesterov, maximize, coef, write_back):
-    # native/optim.py's _sgd, plus the twin after each vector or element of new p
     n = offsets[offsets.size - 1]
     for task in prange((n + TASK - 1) // TASK):
-        lo, hi = task * TASK, min(task * TASK + TASK, n)
-        vlr, vmom, vomd, vwd = vsplat(lr), vsplat(momentum), vsplat(one_minus_damp), vsplat(wd)
-        vcoef, vnz = vsplat(coef), vsplat(NEG_ZERO)
-        while lo < hi:
-            t, i, stop, size = _run(offsets, lo, hi)
-            lo += stop - i
-            kind = kinds[t]
-            p, g, b = at(P[t], size), at(G[t], size), at(B[t], size if use_momentum else 1)
-            pb, tw = numba.carray(_u32_pointer(P[t]), size), numba.carray(_u16_pointer(TW[t]), size)
-            while i + WIDTH <= stop:
-                bi = vload(b, i) if use_momentum else vnz
-                pi, bi, gi = _sgd_vec(vload(p, i), vload(g, i), bi, first, vlr, vmom, vomd, vwd,
-                                      use_momentum, use_decay, nesterov, maximize, vcoef)
-                vstore(p, i, pi)
-                _store_twins(tw, pb, i, i + WIDTH, kind)
-                if use_momentum:
-                    vstore(b, i, bi)
-                if write_back:
-                    vstore(g, i, gi)
-                i += WIDTH
-            for k in range(i, stop):
-                bk = b[k] if use_momentum else NEG_ZERO
-                p[k], bk, gk = _sgd_elem(p[k], g[k], bk, first, lr, momentum, one_minus_damp, wd,
-                                         use_momentum, use_decay, nesterov, maximize, coef)
-                _store_twins(tw, pb, k, k + 1, kind)
-                if use_momentum:
-                    b[k] = bk
-                if write_back:
-                    g[k] = gk
+        _sgd_task(P, G, B, TW, kinds, offsets, task * TASK, min(task * TASK + TASK, n), first,
+                  lr, momentum, one_minus_damp, wd, use_momentum, use_decay, nesterov, maximize,
+                  coef, write_back)
 
 
 @njit(void(I64, I64, I64, I64, I64, I64, I64, float32, float32, float32, float32, float32, float32,
@@ -117,38 +96,11 @@ def _sgd_tw(P, G, B, TW, kinds, offsets, first, lr, momentum, one_minus_damp, wd
       **_STRICT)
 def _adam_tw(P, G, M, V, TW, kinds, offsets, beta1, beta2, eps, wd, one_minus_b1, one_minus_b2,
              step_size, sqrt_bc2, param_decay, coupled, decoupled, maximize, coef, write_back):
-    # native/optim.py's _adam, plus the twin after each vector or element of new p
     n = offsets[offsets.size - 1]
     for task in prange((n + TASK - 1) // TASK):
-        lo, hi = task * TASK, min(task * TASK + TASK, n)
-        vb1, vb2, veps, vwd = vsplat(beta1), vsplat(beta2), vsplat(eps), vsplat(wd)
-        vomb1, vomb2, vstep, vbc2 = (vsplat(one_minus_b1), vsplat(one_minus_b2), vsplat(step_size),
-                                     vsplat(sqrt_bc2))
-        vdecay, vcoef = vsplat(param_decay), vsplat(coef)
-        while lo < hi:
-            t, i, stop, size = _run(offsets, lo, hi)
-            lo += stop - i
-            kind = kinds[t]
-            p, g, m, v = at(P[t], size), at(G[t], size), at(M[t], size), at(V[t], size)
-            pb, tw = numba.carray(_u32_pointer(P[t]), size), numba.carray(_u16_pointer(TW[t]), size)
-            while i + WIDTH <= stop:
-                pi, mi, vi, gi = _adam_vec(vload(p, i), vload(g, i), vload(m, i), vload(v, i), vb1,
-                                           vb2, veps, vwd, vomb1, vomb2, vstep, vbc2, vdecay, coupled,
-                                           decoupled, maximize, vcoef)
-                vstore(p, i, pi)
-                _store_twins(tw, pb, i, i + WIDTH, kind)
-                vstore(m, i, mi)
-                vstore(v, i, vi)
-                if write_back:
-                    vstore(g, i, gi)
-                i += WIDTH
-            for k in range(i, stop):
-                p[k], m[k], v[k], gk = _adam_elem(p[k], g[k], m[k], v[k], beta1, beta2, eps, wd,
-                                                  one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
-                                                  param_decay, coupled, decoupled, maximize, coef)
-                _store_twins(tw, pb, k, k + 1, kind)
-                if write_back:
-                    g[k] = gk
+        _adam_task(P, G, M, V, TW, kinds, offsets, task * TASK, min(task * TASK + TASK, n),
+                   beta1, beta2, eps, wd, one_minus_b1, one_minus_b2, step_size, sqrt_bc2,
+                   param_decay, coupled, decoupled, maximize, coef, write_back)
 
 
 # called with the number of elements first: below native/threads.PARALLEL_MIN they run on
