@@ -5,6 +5,9 @@ refused one write nothing; refresh_twins and load_state_dict write every twin ag
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
 
 import ml_dtypes
 import numba
@@ -348,3 +351,37 @@ def test_parameters_in_one_arena_and_in_groups_get_the_twins_of_their_own_steps(
         if with_twins:
             _assert_twins_are_casts(params, twins)
     assert _u32(runs[0]) == _u32(runs[1])
+
+
+_RESIDENT = """
+import ml_dtypes, numpy as np, mojolike
+def run(backend, resident):
+    r = np.random.default_rng(10)
+    p = [r.standard_normal(40).astype(np.float32), r.standard_normal(7).astype(np.float32)]
+    tw = [np.zeros(40, ml_dtypes.bfloat16), np.zeros(7, np.float16)]
+    opt = mojolike.Adam(p, lr=0.01, weight_decay=0.1, backend=backend, twins=tw)
+    if resident:
+        opt.params_to_device()
+    for t in range(2):
+        opt.step([r.standard_normal(40).astype(np.float32), r.standard_normal(7).astype(np.float32)],
+                 max_norm=1.0)
+    tw[1][...] = 0  # refresh_twins reads the resident masters
+    opt.refresh_twins()
+    if resident:
+        opt.params_to_host()
+    ok = all((mojolike.cast(x, t.dtype, backend='oracle').view(np.uint16) == t.view(np.uint16)).all()
+             for x, t in zip(p, tw))
+    return ok, np.concatenate([x.view(np.uint32) for x in p] + [t.view(np.uint16).astype(np.uint32) for t in tw])
+(ok1, a), (ok2, b) = run('cpu-numba', False), run('cuda-sim', True)
+print(ok1, ok2, bool((a == b).all()))
+"""
+
+
+@pytest.mark.skipif(not available("cuda-sim"), reason="numba-cuda is not installed")
+def test_parameters_kept_on_the_device_get_the_same_twins():
+    # in a simulator process the CUDA kernels run in-process, so parameters can stay resident
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-c", _RESIDENT], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "True", "True"]
