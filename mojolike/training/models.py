@@ -16,6 +16,7 @@ from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..ops.rng import Generator
 from ..oracles.scalars import round_sqrt_fraction
+from .master_weights import plain
 from .tape import Tape, Value
 
 IGNORE_INDEX = -100  # torch's default, and the head's
@@ -108,6 +109,18 @@ class TinyLM:
             uniform(7, (v, d), d),
         ]
         self._registered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._precision = None  # mojolike.mixed_precision.with_master_weights sets it
+
+    @property
+    def precision(self) -> str:
+        """The type the forward reads the parameters in: "float32", or the twins' type."""
+        return "float32" if self._precision is None else self._precision.dtype
+
+    @entry_point()
+    def twins(self, **unknown) -> list:
+        """The low-precision twins in `parameters()` order (None: no twin), for the
+        optimizer's `twins=`; empty without master weights (`with_master_weights`)."""
+        return [] if self._precision is None else list(self._precision.twins)
 
     @property
     def config(self) -> dict:
@@ -171,14 +184,18 @@ class TinyLM:
             checks.integer(e, "num_items", num_items, low=1)
             if reduction != "mean":
                 refuse(e, "num_items", "is the divisor of reduction='mean'", value=num_items)
-        emb, n1, w1, b1, w2, b2, n2, head = self.register(tape)
-        x = tape.embedding(tok.reshape(-1), emb)
-        m = tape.linear(tape.relu(tape.linear(tape.rms_norm(x, n1, self.eps), w1, b1)), w2, b2)
+        handles = self.register(tape)
+        # embed, norm1, fc1 (w, b), fc2 (w, b), norm2, head: the contractions read w.low,
+        # the other ops w.wide (both the parameter itself without master weights)
+        w = plain(tape, handles) if self._precision is None else self._precision.weights(tape, handles)
+        x = tape.embedding(tok.reshape(-1), w.wide(0))
+        h = tape.relu(tape.linear(w.act(tape.rms_norm(x, w.wide(1), self.eps)), w.low(2), w.low(3)))
+        m = tape.linear(w.act(h), w.low(4), w.low(5))
         if drop:
             m = tape.dropout(m, generator_for_dropout, self.dropout, offset=offset,
                              stream=dropout_stream)
-        z = tape.rms_norm(tape.add(x, m), n2, self.eps)
-        return tape.chunked_lm_head_loss(z, head, tgt.reshape(-1), reduction=reduction,
+        z = tape.rms_norm(tape.add(x, m), w.wide(6), self.eps)
+        return tape.chunked_lm_head_loss(z, w.wide(7), tgt.reshape(-1), reduction=reduction,
                                          num_items=num_items, chunk_size=self.chunk_size)
 
 
