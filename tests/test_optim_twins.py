@@ -269,6 +269,22 @@ def test_each_bad_twin_is_refused_by_the_option_twins_with_every_buffer_untouche
             assert t.tobytes() == was.tobytes()
 
 
+@pytest.mark.parametrize("backend", ["oracle", "cpu-numba", "cpu-cffi"])
+def test_a_gradient_sharing_memory_with_a_twin_is_refused_naming_both(backend):
+    shapes = ((4,), (8,))
+    params = _masters(11, shapes)
+    twins = [np.zeros(4, F16), np.zeros(8, BF16)]
+    opt = mojolike.SGD(params, lr=0.1, backend=backend, twins=twins)
+    twins[1].view(np.float32)[...] = np.float32(0.5)  # a gradient in twin 1's 16 bytes
+    before, patterns = [_u32(p) for p in params], [_u16(t) for t in twins]
+    for frozen in (False, True):  # borrowed or gathered gradients; the frozen slot's too
+        grads = [twins[1].view(np.float32), None if frozen else np.ones(8, np.float32)]
+        with pytest.raises(Refusal, match="share memory") as err:
+            opt.step(grads)
+        assert err.value.option == "grads[0] and twins[1]"
+        assert [_u32(p) for p in params] == before and [_u16(t) for t in twins] == patterns
+
+
 class _WithoutTwinKernels:
     """A kernel set whose steps cannot write twins: the oracle's, less sgd_twins/adam_twins."""
 

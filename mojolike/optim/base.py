@@ -163,6 +163,8 @@ class _Optimizer:
         gate = _gate(e, update_gate)
         in_place = m is not None and clip == "inplace"
         g, gathered, present = self._reg.grads(grads, writable=in_place, frozen=True)
+        if self._twins is not None:
+            self._twins.check_apart(e, g, gathered, present, self._reg.split)
         hyper = self._groups_checked()
         if not gate:
             self._normalize_groups(hyper)

@@ -70,6 +70,19 @@ class Twins:
             self._pieces = None
             self.flat = np.zeros(reg.n, np.uint16)
 
+    def check_apart(self, entry: str, g, gathered, present: list[bool], split) -> None:
+        """Refuse a step whose gradients share memory with a twin (the kernels read the one
+        while they write the other), naming both as the registry names a gradient that
+        overlaps a parameter. g, gathered and present are the registry's `grads`; split cuts
+        a flat array into the tensors."""
+        if isinstance(g, Pieces):
+            views = g.arrays
+        else:
+            views = gathered if gathered is not None else [a.reshape(-1) for a in split(g)]
+        named = [(f"grads[{i}]", v) for i, v in enumerate(views) if v is not None and present[i]]
+        checks.disjoint(entry, named + [(f"twins[{i}]", t[0]) for i, t in enumerate(self.typed)
+                                        if t is not None])
+
     def args(self, i: int, j: int) -> tuple:
         """(tw, kinds, cut) of tensors i .. j - 1, as sgd_twins and adam_twins take them."""
         off = self.offsets
