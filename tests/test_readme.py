@@ -58,6 +58,10 @@ STATED = [
      and ns["said"] == "mojolike.torch.certified: aten.cumsum.default is not certified"),
     ("scaler = mojolike.GradScaler(init_scale=4.0, check_interval=2)",
      lambda ns: ns["scaler"].get_scale() == 2.0 and ns["w"].tolist() == [0.5, 1.5]),
+    ("model = with_master_weights(TinyLM(d_model=16), \"bfloat16\")",
+     lambda ns: round(ns["loss"].item(), 4) == 4.6617 and ns["step"] == 7
+     and all(t.view(np.uint16).tolist() == ns["mojolike"].cast(p, "bfloat16").view(np.uint16).tolist()
+             for p, t in zip(ns["model"].parameters(), ns["model"].twins()))),
     ("assert alone == ([new[1]], [logprobs[1]])",
      lambda ns: len(ns["logprobs"][1]) == 8),
 ]

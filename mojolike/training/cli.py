@@ -61,11 +61,15 @@ def add_parser(sub) -> None:
     for flag, what in (("--n-layer", "layers"), ("--n-head", "attention heads"),
                        ("--n-embd", "embedding width"), ("--block-size", "window length")):
         t.add_argument(flag, type=int, default=None, help=f"the GPT's {what} (--model gpt)")
+    t.add_argument("--precision", default=None, choices=("fp32", "bf16", "fp16"),
+                   help="the type the forward reads the weights in: fp32 (default), or bf16 / "
+                        "fp16 twins of float32 master weights (TinyLM)")
     t.set_defaults(func=main)
 
 
 _MODEL_FLAGS = (("model", "--model"), ("batch_size", "--batch-size"), ("n_layer", "--n-layer"),
-                ("n_head", "--n-head"), ("n_embd", "--n-embd"), ("block_size", "--block-size"))
+                ("n_head", "--n-head"), ("n_embd", "--n-embd"), ("block_size", "--block-size"),
+                ("precision", "--precision"))
 
 
 def _trainer(args):

@@ -18,6 +18,8 @@ MODELS = ("tiny", "gpt")
 # the options only one model takes (the other's configuration refuses them by name)
 MODEL_OPTIONS = {"tiny": ("d_model", "d_hidden", "chunk_size"),
                  "gpt": ("n_layer", "n_head", "n_embd", "block_size")}
+# --precision: the type the forward reads the weights in (float32 masters either way)
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 GPT_DEFAULTS = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32, "dropout": 0.0,
                 "microbatches": 1}
 
@@ -53,6 +55,12 @@ class TrainConfig:
     each layer). The options of the other model are refused by name (TinyLM's
     d_model, d_hidden, chunk_size; the GPT's four). A "tiny" configuration's
     `to_dict` and `key` are today's, without the GPT's fields.
+
+    `precision` "bf16" or "fp16" trains TinyLM with float32 master weights and
+    bfloat16 / float16 twins (`mojolike.mixed_precision.with_master_weights`): the
+    forward reads the twins, AdamW steps the masters and writes each twin in the same
+    pass, the GradScaler scales the loss as in every run; "fp32" (the default, left
+    out of `to_dict` and `key`) reads the masters. The GPT takes "fp32" only.
 
     Every real is kept as the shortest decimal that reads back to the binary32
     value the run uses (skip_lossz: as a binary64 float, which the gate compares
@@ -99,6 +107,7 @@ class TrainConfig:
     n_head: int | None = None
     n_embd: int | None = None
     block_size: int | None = None
+    precision: str = "fp32"
 
     # the keywords are the fields, known once the class is made
     @entry_point(takes=lambda: [f.name for f in dataclasses.fields(TrainConfig)])
@@ -134,6 +143,7 @@ class TrainConfig:
         other model's options left out (a "tiny" configuration has no `model` key either, as
         before the GPT: the same key, the same run card profile)."""
         skip = MODEL_OPTIONS["gpt"] + ("model",) if self.model == "tiny" else MODEL_OPTIONS["tiny"]
+        skip += ("precision",) if self.precision == "fp32" else ()
         return {k: list(v) if isinstance(v, tuple) else v
                 for k, v in dataclasses.asdict(self).items() if k not in skip}
 
@@ -189,6 +199,12 @@ def _checked(e: str, v: dict) -> dict:
 
 def _common(e: str, v: dict, out: dict, whole) -> dict:
     """The options both models take."""
+    if v["precision"] not in PRECISIONS:
+        refuse(e, "precision", f"must be one of {', '.join(map(repr, PRECISIONS))}",
+               value=v["precision"])
+    if v["model"] == "gpt" and v["precision"] != "fp32":
+        refuse(e, "precision", "must be 'fp32' for model 'gpt' (its forward has no "
+                               "low-precision form yet)", value=v["precision"])
     for name in ("steps", "batch_size", "seq_len", "microbatches", "growth_interval",
                  "outlier_window"):
         out[name] = whole(name)

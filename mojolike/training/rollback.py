@@ -37,7 +37,7 @@ def signals_held():
 
 class Rollback:
     """A copy of what a step's commit writes, to put back if the commit does not finish: the
-    parameters and AdamW's moments (into buffers made once), the attributes of the
+    parameters, AdamW's moments and the parameters' low-precision twins (into buffers made once), the attributes of the
     optimizer, scaler, generator and outlier detector (lists and dicts copied one level:
     their methods rebind or mutate nothing deeper), the step count and the records."""
 
@@ -46,12 +46,13 @@ class Rollback:
 
     def _arrays(self) -> list:
         t = self._t
-        return t.model.parameters() + list(t.optimizer._state_arrays().values())
+        twins = [a for a in t.train_model.twins().values() if a is not None]
+        return t.model.parameters() + list(t.optimizer._state_arrays().values()) + twins
 
     def save(self) -> None:
         arrays = self._arrays()
         if self._buffers is None:
-            self._buffers = [np.empty(a.shape, np.float32) for a in arrays]
+            self._buffers = [np.empty(a.shape, getattr(a, "dtype", np.float32)) for a in arrays]
         for a, b in zip(arrays, self._buffers):
             if isinstance(a, np.ndarray):
                 np.copyto(b, a)

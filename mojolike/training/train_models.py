@@ -44,8 +44,11 @@ import numpy as np
 
 from ..core.refusals import refuse
 from ..ops.layers import embedding, embedding_backward
+from ..ops.mixed import cast
 from . import invariants
+from .config import PRECISIONS
 from .gpt import GPT, _Eager, _trunk, input_rows, parameter_shapes
+from .master_weights import plain, with_master_weights
 from .models import TinyLM
 from .tape_base import binary
 
@@ -81,6 +84,8 @@ class TinyTrain:
         if on is not None:
             self.model = TinyLM(c.d_model, c.d_hidden, c.vocab, c.dropout, None, c.chunk_size,
                                 c.seed, **on)
+            if c.precision != "fp32":
+                with_master_weights(self.model, PRECISIONS[c.precision])
 
     def describe(self) -> str:
         return f"TinyLM d_model={self.c.d_model} vocab={self.c.vocab}"
@@ -91,20 +96,29 @@ class TinyTrain:
     def check_memory(self, e: str, budget) -> None:
         invariants.check_memory(e, self.c, budget)
 
+    def twins(self) -> dict:
+        """{parameter name: its low-precision twin} (empty at fp32)."""
+        return dict(zip(self.model.NAMES, self.model.twins()))
+
     def rows(self, tok: np.ndarray) -> np.ndarray:
-        return embedding(tok.reshape(-1), self.model.parameters()[0], **self.on)
+        twin = self.twins().get("embed.weight")
+        table = self.model.parameters()[0] if twin is None else cast(twin, "float32", **self.on)
+        return embedding(tok.reshape(-1), table, **self.on)
 
     def loss(self, tape, handles, x, tgt, count, drop):
         c, m = self.c, self.model
-        n1, w1, b1, w2, b2, n2, head = handles
-        h = tape.rms_norm(x, n1, m.eps)
-        y = tape.linear(tape.relu(tape.linear(h, w1, b1)), w2, b2)
+        # TinyLM's forward after the embedding (TINY_ON_TAPE: model indices 1..7), reading the
+        # twins as models.TinyLM.forward does when the run has master weights
+        at = (None, *handles)
+        w = plain(tape, at) if m._precision is None else m._precision.weights(tape, at)
+        h = w.act(tape.rms_norm(x, w.wide(1), m.eps))
+        y = tape.linear(w.act(tape.relu(tape.linear(h, w.low(2), w.low(3)))), w.low(4), w.low(5))
         if drop is not None and m.dropout > 0.0:
             gen, stream, first_row = drop
             y = tape.dropout(y, gen, m.dropout, offset=first_row * c.seq_len * c.d_model,
                              stream=stream)
-        z = tape.rms_norm(tape.add(x, y), n2, m.eps)
-        return tape.chunked_lm_head_loss(z, head, tgt.reshape(-1), num_items=count,
+        z = tape.rms_norm(tape.add(x, y), w.wide(6), m.eps)
+        return tape.chunked_lm_head_loss(z, w.wide(7), tgt.reshape(-1), num_items=count,
                                          chunk_size=c.chunk_size)
 
     def embedding_grads(self, named: dict, parts: list, d_rows: np.ndarray, tok) -> None:
@@ -136,6 +150,9 @@ class GPTTrain:
     """mojolike.models.GPT behind the trainer's interface (see the module docstring)."""
 
     overflow_cell = "transformer.h.0.mlp.c_proj.weight"
+
+    def twins(self) -> dict:
+        return {}  # the GPT trains at fp32 only (TrainConfig refuses another precision)
 
     def __init__(self, c, on, entry: str = ""):
         self.c, self.on = c, on

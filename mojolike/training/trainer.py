@@ -151,7 +151,8 @@ class Trainer:
         self.optimizer = AdamW([{"params": [p[k] for k in tm.decay],
                                  "weight_decay": c.weight_decay},
                                 {"params": [p[k] for k in tm.no_decay], "weight_decay": 0.0}],
-                               lr=c.lr, betas=c.betas, eps=c.eps, lr_schedule=self.schedule, **on)
+                               lr=c.lr, betas=c.betas, eps=c.eps, lr_schedule=self.schedule,
+                               twins=self._twins(tm), **on)
         self.scaler = GradScaler(c.init_scale, growth_interval=c.growth_interval, **on)
         self.generator = Generator(c.dropout_seed, **on)
         self.outlier = OutlierDetector(c.outlier_window)
@@ -166,6 +167,12 @@ class Trainer:
         self._handles = [self._tape.param(p[k]) for k in tm.on_tape]
         self._mark = self._tape.mark()
         self._rollback = Rollback(self)
+
+    @staticmethod
+    def _twins(tm):
+        """The optimizer's twins= in its parameter order (None: a float32 run, no twins)."""
+        twins = tm.twins()
+        return [twins.get(k) for k in tm.decay + tm.no_decay] if twins else None
 
     def __repr__(self) -> str:
         return f"Trainer(step={self.step}/{self.config.steps}, backend={self.backend!r})"
@@ -411,6 +418,8 @@ class Trainer:
         self.outlier.load_state_dict(meta["outlier"])
         for name, a in self.model.named_parameters():
             a[...] = arrays[f"param.{name}"]
+        if self.train_model.twins():
+            self.optimizer.refresh_twins()  # the twins are the restored masters, rounded
         self.step = step
         self.records = [StepRecord(i + 1, *(float(v) for v in r[:4]), bool(r[4]), bool(r[5]),
                                    float(z)) for i, (r, z) in enumerate(zip(rec, lossz))]

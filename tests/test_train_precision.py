@@ -1,0 +1,98 @@
+"""TrainConfig(precision=...) and `mojolike train --precision`: a bf16 or fp16 run reads
+twins of float32 master weights, has one digest on every backend and thread count, and a
+resume rebuilds the twins from the checkpoint's masters."""
+from __future__ import annotations
+
+import re
+
+import numba
+import numpy as np
+import pytest
+
+import mojolike
+from mojolike import cli
+from mojolike.core.refusals import Refusal
+from mojolike.train import TrainConfig, Trainer
+
+
+def small(**kw) -> TrainConfig:
+    return TrainConfig(**{"steps": 4, "d_model": 8, "batch_size": 4, "seq_len": 16,
+                          "microbatches": 2, **kw})
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_a_low_precision_run_has_one_digest_on_every_cpu_backend_and_thread_count(precision):
+    c = small(precision=precision)
+    digests = {}
+    for backend in ("oracle", "cpu-numba", "cpu-cffi"):
+        t = Trainer(c, backend=backend)
+        t.run()
+        digests[backend] = t.digest()
+    numba.set_num_threads(1)
+    try:
+        t = Trainer(c, backend="cpu-numba")
+        t.run()
+        digests["cpu-numba 1 thread"] = t.digest()
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    assert len(set(digests.values())) == 1, digests
+    fp32 = Trainer(small(), backend="cpu-numba")
+    fp32.run()
+    assert fp32.digest() not in digests.values()  # the twins are what the forward read
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_the_optimizer_keeps_every_twin_equal_to_its_rounded_master(precision):
+    t = Trainer(small(precision=precision, steps=3), backend="cpu-cffi")
+    t.run()
+    low = {"bf16": "bfloat16", "fp16": "float16"}[precision]
+    twins = t.model.twins()
+    assert len(twins) == 8 and t.model.precision == low
+    for p, tw in zip(t.model.parameters(), twins):
+        assert tw.view(np.uint16).tolist() == mojolike.cast(p, low, backend="oracle").view(
+            np.uint16).tolist()
+
+
+def test_a_resume_on_another_backend_rebuilds_the_twins_from_the_masters(tmp_path):
+    c = small(precision="bf16")
+    whole = Trainer(c, backend="cpu-cffi")
+    whole.run()
+    t = Trainer(c, backend="cpu-numba")
+    t.run(until=2)
+    path = t.save(str(tmp_path / "ck.npz"))
+    r = Trainer.load(path, backend="oracle")
+    assert [tw.view(np.uint16).tolist() for tw in r.model.twins()] == \
+        [tw.view(np.uint16).tolist() for tw in t.model.twins()]
+    r.run()
+    assert r.digest() == whole.digest()
+
+
+def test_the_precision_is_part_of_the_key_only_when_it_is_not_fp32():
+    assert "precision" not in small().to_dict() and small().key() == small(precision="fp32").key()
+    assert small(precision="bf16").to_dict()["precision"] == "bf16"
+    assert TrainConfig.from_dict(small(precision="fp16").to_dict()) == small(precision="fp16")
+
+
+@pytest.mark.parametrize("kw", [{"precision": "int8"}, {"precision": "bfloat16"},
+                                {"model": "gpt", "precision": "bf16"}])
+def test_a_precision_outside_the_contract_is_refused_by_name(kw):
+    with pytest.raises(Refusal) as info:
+        TrainConfig(steps=2, **kw)
+    assert info.value.option == "precision"
+
+
+def _digest(out: str) -> str:
+    m = re.search(r"train digest ([0-9a-f]{32})", out)
+    assert m, out
+    return m[1]
+
+
+def test_mojolike_train_precision_bf16_prints_one_digest_on_both_cpu_backends(tmp_path, capsys):
+    args = ["train", "--steps", "2", "--precision", "bf16", "--batch-size", "4"]
+    assert cli.main(args + ["--backend", "cpu-cffi", "--out", str(tmp_path / "a")]) == 0
+    a = _digest(capsys.readouterr().out)
+    assert cli.main(args + ["--backend", "cpu-numba", "--out", str(tmp_path / "b")]) == 0
+    assert _digest(capsys.readouterr().out) == a
+    assert cli.main(["train", "--steps", "2", "--batch-size", "4", "--backend", "cpu-cffi",
+                     "--out", str(tmp_path / "c")]) == 0
+    assert _digest(capsys.readouterr().out) != a
