@@ -259,6 +259,14 @@ def cast_types() -> dict:
     return _cast_types
 
 
+def cast_type_of(a) -> str | None:
+    """The cast type name ("float32", "bfloat16", "float16") of an array's dtype, else None."""
+    dtype = getattr(a, "dtype", None)
+    if dtype == F32:
+        return "float32"
+    return None if dtype is None else next((k for k, t in cast_types().items() if dtype == t), None)
+
+
 def cast_dtype(entry: str, name: str, v) -> str:
     """The name of a cast's target type ("float32", "bfloat16" or "float16") given as that
     name, a numpy dtype or a scalar type (numpy.float16, ml_dtypes.bfloat16); anything else,
@@ -283,7 +291,7 @@ def as_cast_buffer(entry: str, name: str, obj, *, writable: bool = False) -> tup
     bfloat16 or float16 buffer; other dtypes (float64 among them), non-native byte order,
     empty, strided and, with `writable`, read-only buffers are refused."""
     a = _as_array(entry, name, obj)
-    kind = "float32" if a.dtype == F32 else next((k for k, t in cast_types().items() if a.dtype == t), None)
+    kind = cast_type_of(a)
     if kind is None:
         swapped = a.dtype.kind == "f" and not a.dtype.isnative
         refuse(entry, name, "is in non-native byte order; pass a native-order copy" if swapped else

@@ -15,6 +15,7 @@ import numpy as np
 from ..core.checks import (
     as_cast_buffer,
     cast_dtype,
+    cast_type_of,
     cast_types,
     disjoint,
     empty,
@@ -91,9 +92,9 @@ SIGNIFICAND = {"bfloat16": 8, "float16": 11}  # significant bits of each low typ
 
 
 def _low_type(obj) -> str | None:
-    if not isinstance(obj, np.ndarray) or obj.dtype == np.float32:
-        return None
-    return next((name for name, t in cast_types().items() if name != "float32" and obj.dtype == t), None)
+    """"bfloat16" / "float16" for an array of that type, else None (float32 included)."""
+    t = cast_type_of(obj) if isinstance(obj, np.ndarray) else None
+    return None if t == "float32" else t
 
 
 def low_type(operands) -> str | None:

@@ -53,7 +53,7 @@ class MixedOps:
         e = entry
         v = self._own(e, "x", x, low=True)
         target = checks.cast_dtype(e, "dtype", dtype)
-        source = _type_of(v.data)
+        source = checks.cast_type_of(v.data)
         if target == source:
             refuse(e, "dtype", "is x's own type; there is nothing to cast", value=target)
         if twin is None:
@@ -81,13 +81,9 @@ class MixedOps:
         return cast(v.data, "float32", **self._on)
 
 
-def _type_of(a: np.ndarray) -> str:
-    return next(k for k, t in checks.cast_types().items() if a.dtype == t)
-
-
 def low_refusal(e: str, name: str, v: Value) -> None:
     """Refuse a low-precision value where an op takes float32 only."""
     if v.data.dtype != np.float32:
-        refuse(e, name, f"is a {_type_of(v.data)} value; this op takes float32 values (widen it "
+        refuse(e, name, f"is a {checks.cast_type_of(v.data)} value; this op takes float32 values (widen it "
                         f"with tape.cast(x, 'float32'); linear and matmul take low-precision "
                         f"values as they are)")
