@@ -33,6 +33,7 @@ from ..oracles import attention as spec
 from ..oracles import codec
 from ..oracles import rng as rng_spec
 from ..oracles.transformer import row_max
+from . import mixed
 from .crmath import expf
 from .rng import Generator
 from .transformer import FAMILY, array
@@ -268,11 +269,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     depends on the other sequences or heads (batch invariance), and a causal row i
     equals the call with query i alone over keys 0..i (prefix invariance).
 
+    Low precision (contracts/mixed.md): query, key and value all bfloat16 or all float16
+    give the float32 result of this op on the exactly widened inputs, bit for bit (widened
+    into float32 scratch first); attn_mask stays bool or float32; mixed operand types are
+    refused by name.
+
     >>> import numpy as np, mojolike
     >>> q = np.float32([[[[1, 0], [0, 1]]]])
     >>> mojolike.scaled_dot_product_attention(q, q, q, is_causal=True, backend="oracle")[0, 0, 0].tolist()
     [1.0, 0.0]
     """
+    query, key, value = mixed.widened(entry, (("query", query), ("key", key), ("value", value)),
+                                      backend, numeric_mode)
     call, gen, st = check_call(entry, query, key, value, attn_mask, dropout_p, is_causal, scale,
                            enable_gqa, generator, stream, backward=False)
     k = registry.kernels(entry, FAMILY, backend, numeric_mode)
@@ -291,6 +299,9 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, attn_mask
     Reproducibility: as the forward (clause 15): dV, dP, dS, dQ and dK each a fold over a
     stated index in ascending order; no gradient flows to a float mask.
 
+    Low precision: query, key and value of one low type (grad_out float32, as a low-precision
+    forward's gradients are) give the float32 op's gradients on the widened inputs.
+
     >>> import numpy as np, mojolike
     >>> q = np.float32([[[[1, 0]]]]); k = np.float32([[[[1, 0], [0, 1]]]]); v = np.float32([[[[1], [3]]]])
     >>> dq, dk, dv = mojolike.scaled_dot_product_attention_backward(
@@ -298,6 +309,8 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, attn_mask
     >>> dv.tolist(), dq.tolist()
     ([[[[0.5], [0.5]]]], [[[[-0.0, 0.0]]]])
     """
+    query, key, value = mixed.widened(entry, (("query", query), ("key", key), ("value", value)),
+                                      backend, numeric_mode)
     call, _, _ = check_call(entry, query, key, value, attn_mask, dropout_p, is_causal, scale,
                         enable_gqa, generator, stream, backward=True)
     g = array(entry, "grad_out", grad_out, ndim=4)

@@ -186,6 +186,10 @@ def embedding(ids, weight, padding_idx=None, *, backend=None, numeric_mode=None,
     backward (its row gets no gradient), as in torch. torch's max_norm, scale_grad_by_freq and
     sparse are refused unless given as their defaults.
 
+    Low precision (contracts/mixed.md): a bfloat16 or float16 weight gives its rows widened
+    exactly to float32, the float32 op on the widened table; only the rows taken are
+    widened.
+
     Reproducibility: a copy: the same bits everywhere.
 
     >>> import numpy as np, mojolike
@@ -193,6 +197,16 @@ def embedding(ids, weight, padding_idx=None, *, backend=None, numeric_mode=None,
     [[3.0, 3.0], [1.0, 1.0]]
     """
     e = entry
+    low = mixed.low_type((("weight", weight),))
+    if low is not None:  # the rows taken from the low-precision table, then widened exactly
+        table, _ = checks.as_cast_buffer(e, "weight", weight)
+        shape = checks.shape_of(weight)
+        if len(shape) != 2:
+            refuse(e, "weight", f"has shape {shape}; {e} needs a 2-D array")
+        t = _ids(e, ids, shape[0])
+        _padding(e, padding_idx, shape[0])
+        rows = np.ascontiguousarray(table.reshape(shape)[t])
+        return mixed.widened(e, (("weight", rows),), backend, numeric_mode)[0]
     w = _matrix(e, "weight", weight, ndim=2)
     t = _ids(e, ids, w.shape[0])
     _padding(e, padding_idx, w.shape[0])
