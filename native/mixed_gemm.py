@@ -40,28 +40,14 @@ import llvmlite.binding as llvm
 import numba
 import numpy as np
 from llvmlite import ir
-from numba import boolean, int64, njit, prange, types, uint32, void
+from numba import boolean, int64, njit, types, uint32, void
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
-from .fold import NEG_ZERO
-from .layers import (
-    _PAD_A,
-    _PAD_B,
-    A_BLOCK_FLOATS,
-    B_BLOCK_ROWS,
-    F1,
-    IN1,
-    TILE_COLS,
-    TILE_GROUP,
-    TILE_ROWS,
-    _claim,
-    _fly6,
-    _pad,
-    _pairwise_at,
-    _put,
-)
-from .simd import WIDTH, vec, vload, vsplat
+from . import layers
+from .layers import F1, IN1
+from .retarget import retarget
+from .simd import WIDTH, vec, vload
 from .threads import Twin
 
 _STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: the one fma is written out
@@ -168,116 +154,24 @@ def _step2(c0, c1, x, b, r0, r1, o):
     return vfma(x, vload(b, r0 + o), c0), vfma(x, vload(b, r1 + o), c1)
 
 
-@njit(inline="always", **_STRICT)
-def _lanes_4x6(a, b, ra, rb, steps, q, acc):
-    """native/layers.py `_lanes_4x6` with the fused step."""
-    c0, c1, c2, c3 = acc
-    for t in range(steps):
-        o = 32 * t + q
-        c0 = _step6(c0, vload(a, ra[0] + o), b, rb, o)
-        c1 = _step6(c1, vload(a, ra[1] + o), b, rb, o)
-        c2 = _step6(c2, vload(a, ra[2] + o), b, rb, o)
-        c3 = _step6(c3, vload(a, ra[3] + o), b, rb, o)
-    return c0, c1, c2, c3
+def _renamed(fn, name: str):
+    """A retargeted function under its own name: numba's disk cache names a function by its
+    module, qualified name and source line, which a retargeted one shares with layers'
+    original, so without a name of its own either could be loaded for the other."""
+    fn.__qualname__ = fn.__name__ = name
+    return fn
 
 
-@njit(inline="always", **_STRICT)
-def _lanes_1x6(a, b, ra, rb, steps, q, acc):
-    """native/layers.py `_lanes_1x6` with the fused step."""
-    if TILE_GROUP == 6:
-        for t in range(steps):
-            o = 32 * t + q
-            acc = _step6(acc, vload(a, ra[0] + o), b, rb, o)
-        return acc
-    c0, c1, c2, c3, c4, c5 = acc
-    for t in range(steps):
-        o = 32 * t + q
-        c0, c1 = _step2(c0, c1, vload(a, ra[0] + o), b, rb[0], rb[1], o)
-    for t in range(steps):
-        o = 32 * t + q
-        c2, c3 = _step2(c2, c3, vload(a, ra[0] + o), b, rb[2], rb[3], o)
-    for t in range(steps):
-        o = 32 * t + q
-        c4, c5 = _step2(c4, c5, vload(a, ra[0] + o), b, rb[4], rb[5], o)
-    return c0, c1, c2, c3, c4, c5
-
-
-@njit(**_STRICT)
-def _gemm_block(a, b, m, n, kk, i_lo, i_hi, j_lo, j_hi, bias, has_bias, chunk_partials, out,
-                pa, pb, part):
-    """native/layers.py `_gemm_block` (the same loops, padding and partials) on the fused
-    lane steps above."""
-    nchunks = (kk + 1023) // 1024
-    z = vsplat(NEG_ZERO)
-    z6 = (z, z, z, z, z, z)
-    for ch in range(nchunks):
-        base = 1024 * ch
-        end = min(base + 1024, kk)
-        steps = (end - base) // 32
-        k0 = base + 32 * steps
-        tail = k0 < end
-        for j0 in range(j_lo, j_hi, TILE_COLS):
-            cols = min(TILE_COLS, j_hi - j0)
-            r = (min(j0, j_hi - 1) * kk, min(j0 + 1, j_hi - 1) * kk, min(j0 + 2, j_hi - 1) * kk,
-                 min(j0 + 3, j_hi - 1) * kk, min(j0 + 4, j_hi - 1) * kk, min(j0 + 5, j_hi - 1) * kk)
-            rb = (r[0] + base, r[1] + base, r[2] + base, r[3] + base, r[4] + base, r[5] + base)
-            if tail:
-                for c in range(TILE_COLS):
-                    _pad(pb, 32 * c, b, r[c] + k0, end - k0, np.float32(0.0))
-            i0 = i_lo
-            while TILE_ROWS == 4 and i_hi - i0 >= 4:
-                ra = (i0 * kk + base, (i0 + 1) * kk + base, (i0 + 2) * kk + base, (i0 + 3) * kk + base)
-                lo = _lanes_4x6(a, b, ra, rb, steps, 0, (z6, z6, z6, z6))
-                hi = _lanes_4x6(a, b, ra, rb, steps, 16, (z6, z6, z6, z6))
-                if tail:
-                    for i in range(4):
-                        _pad(pa, 32 * i, a, (i0 + i) * kk + k0, end - k0, NEG_ZERO)
-                    lo = _lanes_4x6(pa, pb, _PAD_A, _PAD_B, 1, 0, lo)
-                    hi = _lanes_4x6(pa, pb, _PAD_A, _PAD_B, 1, 16, hi)
-                for i in range(4):
-                    _put(out, part, _fly6(lo[i], hi[i]), i0 + i, j0, cols, ch, m, n, nchunks, i_lo,
-                         j_lo, bias, has_bias, chunk_partials)
-                i0 += 4
-            for i in range(i0, i_hi):
-                ra1 = (i * kk + base,)
-                lo1 = _lanes_1x6(a, b, ra1, rb, steps, 0, z6)
-                hi1 = _lanes_1x6(a, b, ra1, rb, steps, 16, z6)
-                if tail:
-                    _pad(pa, 0, a, i * kk + k0, end - k0, NEG_ZERO)
-                    lo1 = _lanes_1x6(pa, pb, _PAD_A, _PAD_B, 1, 0, lo1)
-                    hi1 = _lanes_1x6(pa, pb, _PAD_A, _PAD_B, 1, 16, hi1)
-                _put(out, part, _fly6(lo1, hi1), i, j0, cols, ch, m, n, nchunks, i_lo, j_lo, bias,
-                     has_bias, chunk_partials)
-    if chunk_partials or nchunks == 1:
-        return
-    for i in range(i_lo, i_hi):
-        for j in range(j_lo, j_hi):
-            v = _pairwise_at(part, ((i - i_lo) * B_BLOCK_ROWS + j - j_lo) * nchunks, nchunks)
-            out[i * n + j] = v + bias[j] if has_bias else v
-
-
-@njit(void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1), parallel=True, **_STRICT)
-def _gemm_nt_fma(a, b, m, n, kk, bias, has_bias, chunk_partials, out):
-    """native/layers.py `_gemm_nt` (the same blocks, claimed the same way) on the fused steps."""
-    nchunks = (kk + 1023) // 1024
-    mb = max(1, min(256 // TILE_ROWS, A_BLOCK_FLOATS // (min(kk, 1024) * TILE_ROWS))) * TILE_ROWS
-    nbi = (m + mb - 1) // mb
-    nbj = (n + B_BLOCK_ROWS - 1) // B_BLOCK_ROWS
-    nblocks = nbi * nbj
-    claimed = np.zeros(1, np.int64)
-    for _ in prange(nblocks):  # the first iteration on each thread takes all it can
-        blk = _claim(claimed)
-        if blk >= nblocks:
-            continue
-        pa = np.empty(32 * 4, np.float32)
-        pb = np.empty(32 * TILE_COLS, np.float32)
-        part = np.empty(mb * B_BLOCK_ROWS * nchunks if nchunks > 1 else 1, np.float32)
-        while blk < nblocks:
-            i_lo = blk // nbj * mb
-            j_lo = blk % nbj * B_BLOCK_ROWS
-            _gemm_block(a, b, m, n, kk, i_lo, min(i_lo + mb, m), j_lo, min(j_lo + B_BLOCK_ROWS, n),
-                        bias, has_bias, chunk_partials, out, pa, pb, part)
-            blk = _claim(claimed)
+# layers' tile loops, block walk and thread claims, the same source with the fused steps
+# (native/retarget.py): the FMA GEMM cannot drift from the float32 GEMM's order
+_lanes_4x6 = retarget(layers._lanes_4x6, njit(inline="always", **_STRICT), _step6=_step6)
+_lanes_1x6 = retarget(layers._lanes_1x6, njit(inline="always", **_STRICT), _step6=_step6,
+                      _step2=_step2)
+_gemm_block = njit(**_STRICT)(_renamed(retarget(
+    layers._gemm_block, _lanes_4x6=_lanes_4x6, _lanes_1x6=_lanes_1x6), "_gemm_block_fma"))
+_gemm_nt_fma = njit(void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1), parallel=True,
+                    **_STRICT)(_renamed(retarget(layers._gemm_nt, _gemm_block=_gemm_block),
+                                        "_gemm_nt_fma"))
 
 
 gemm_nt_fma = Twin(_gemm_nt_fma)  # called with its work first, as layers' gemm_nt_kernel
