@@ -47,7 +47,8 @@ def cpu_model() -> str:
     flags = set(info.get("flags", "").split())
     widest = next((w for w in ("avx512f", "avx2", "avx", "sse2") if w in flags), "?")
     return (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')} model "
-            f"{info.get('model', '?')}, {widest}), {os.cpu_count()} cpus")
+            f"{info.get('model', '?')}, {widest}, {'fma' if 'fma' in flags else 'no fma'}), "
+            f"{os.cpu_count()} cpus")
 
 
 def host_runs(target: str) -> bool:

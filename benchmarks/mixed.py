@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from timing import best_of
-from transformer import cpu_model
+from fold import cpu_model
 
 import mojolike
 
@@ -77,24 +77,6 @@ def linear_rows(backend: str, size: int, repeat: int) -> list[tuple[str, float, 
         note = f"torch {name} F.linear {tlow * 1e3:.1f} ms ({ours / tlow:.2f}x)"
         rows.append((f"linear {name}", ours, torch32, note))
     return rows
-
-
-def cpu_line() -> str:
-    """/proc/cpuinfo's model name, family and model, and whether it has FMA and AVX-512."""
-    info = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                info.setdefault(key.strip(), value.strip())
-                if key.strip() == "flags":
-                    break
-    except OSError:
-        return cpu_model()
-    flags = info.get("flags", "").split()
-    return (f"{info.get('model name', '?')}, family {info.get('cpu family', '?')} model "
-            f"{info.get('model', '?')}, {os.cpu_count()} CPUs, "
-            f"{'FMA' if 'fma' in flags else 'no FMA'}, {'AVX-512' if 'avx512f' in flags else 'no AVX-512'}")
 
 
 def _medians(variants: dict, repeat: int) -> dict[str, float]:
@@ -168,7 +150,7 @@ def main() -> None:
     p.add_argument("--shapes", default="512x768x3072,2048x768x768", help="M x K x N, comma-separated")
     args = p.parse_args()
     if args.fma:
-        print(f"CPU: {cpu_line()}; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+        print(f"CPU: {cpu_model()}; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
         print(f"mojolike {mojolike.__version__} backend {args.backend}; numpy {np.__version__}, "
               f"torch {torch.__version__}")
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
