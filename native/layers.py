@@ -75,12 +75,9 @@ def _pairwise_at(p, o, k):
     return p[o]
 
 
-def _target_tile() -> tuple[int, int]:
-    """The GEMM's register tile for the CPU numba compiles for: (rows of a per tile, rows of b
-    per multiply-add group). A tile's accumulators, a row of a and a product must fit the
-    vector registers or the loop spills. LLVM lowers the probe's 16-float add to one zmm (32
-    registers: 4 x 6 cells, 24 accumulators), two ymm (16 registers: 1 x 6, 12 ymm), or four
-    128-bit registers (NEON's 32: 1 x 6; SSE2's 16: 1 x 6 as three groups of 1 x 2)."""
+def target_asm(ir_text: str) -> tuple[str, str]:
+    """(the assembly LLVM emits for the module `ir_text` on the CPU numba compiles for, the
+    process triple): NUMBA_CPU_NAME / NUMBA_CPU_FEATURES where set, else the host's."""
     cpu = numba.config.CPU_NAME
     if cpu is None or cpu == "host":
         cpu = llvm.get_host_cpu_name()
@@ -91,10 +88,19 @@ def _target_tile() -> tuple[int, int]:
     llvm.initialize_native_asmprinter()
     triple = llvm.get_process_triple()
     machine = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features)
-    probe = llvm.parse_assembly("define <16 x float> @probe(<16 x float> %a, <16 x float> %b) {\n"
-                                "  %c = fadd <16 x float> %a, %b\n  ret <16 x float> %c\n}\n")
+    probe = llvm.parse_assembly(ir_text)
     probe.triple = triple
-    asm = machine.emit_assembly(probe)
+    return machine.emit_assembly(probe), triple
+
+
+def _target_tile() -> tuple[int, int]:
+    """The GEMM's register tile for the CPU numba compiles for: (rows of a per tile, rows of b
+    per multiply-add group). A tile's accumulators, a row of a and a product must fit the
+    vector registers or the loop spills. LLVM lowers the probe's 16-float add to one zmm (32
+    registers: 4 x 6 cells, 24 accumulators), two ymm (16 registers: 1 x 6, 12 ymm), or four
+    128-bit registers (NEON's 32: 1 x 6; SSE2's 16: 1 x 6 as three groups of 1 x 2)."""
+    asm, triple = target_asm("define <16 x float> @probe(<16 x float> %a, <16 x float> %b) {\n"
+                             "  %c = fadd <16 x float> %a, %b\n  ret <16 x float> %c\n}\n")
     if "zmm" in asm:
         return 4, 6
     if "ymm" in asm or not triple.startswith(("x86_64", "i386", "i686")):
@@ -492,7 +498,7 @@ def _row_chunk_folds(a, m, c, out):
 def _relu(x, out):
     for i in prange(x.size):
         v = x[i]
-        out[i] = np.float32(0.0) if v < np.float32(0.0) else v  # -0.0 and NaN stay, as in torch
+        out[i] = max(v, np.float32(0.0))  # -0.0 and NaN stay, as in torch
 
 
 _PLACEHOLDER = np.zeros(16, np.float32)  # the bias / weight argument when there is none

@@ -36,8 +36,6 @@ True
 """
 from __future__ import annotations
 
-import llvmlite.binding as llvm
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import boolean, int64, njit, types, uint32, void
@@ -59,23 +57,11 @@ def _target_has_fma() -> bool:
     """Whether the CPU numba compiles for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES, else the host)
     does a fused multiply-add of vectors in an instruction: LLVM's code for one, without a
     call (a target without FMA gets libm's fmaf, which certified paths never use)."""
-    cpu = numba.config.CPU_NAME
-    if cpu is None or cpu == "host":
-        cpu = llvm.get_host_cpu_name()
-    features = numba.config.CPU_FEATURES
-    if features is None:
-        features = llvm.get_host_cpu_features().flatten()
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    triple = llvm.get_process_triple()
-    machine = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features)
-    probe = llvm.parse_assembly(
+    asm, _ = layers.target_asm(
         "declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)\n"
         "define <4 x float> @probe(<4 x float> %a, <4 x float> %b, <4 x float> %c) {\n"
         "  %d = call <4 x float> @llvm.fma.v4f32(<4 x float> %a, <4 x float> %b, <4 x float> %c)\n"
         "  ret <4 x float> %d\n}\n")
-    probe.triple = triple
-    asm = machine.emit_assembly(probe)
     return "call" not in asm and "jmp" not in asm and "fma" in asm
 
 
