@@ -15,7 +15,7 @@ from ..ops import layers, transformer
 from ..oracles import f32
 from ..oracles import mixed as spec
 from ..oracles.fold import fold_tree
-from . import mixed_fma, mixed_refusals, mixed_scaler
+from . import mixed_fma, mixed_refusals, mixed_scaler, mixed_twins
 from .casegen import SplitMix64
 from .harness import refusal_clause, with_1_and_2_threads
 
@@ -37,10 +37,10 @@ SPECIALS = (0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF8000
 class Case:
     id: str
     kind: str  # "narrow" (x float32), "widen-bf16", "widen-f16" (h: uint16), "linear",
-    # "matmul", "window"
+    # "matmul", "window", "twins"
     data: np.ndarray
     operands: tuple = ()  # linear: (x, weight, bias); matmul: (a, b); all of one low type;
-    # window: (mixed_scaler.Window,)
+    # window: (mixed_scaler.Window,); twins: (mixed_twins.TwinCase,)
 
 
 def _f32(patterns) -> np.ndarray:
@@ -103,6 +103,7 @@ def cases() -> tuple[Case, ...]:
         ops = tuple(a.view(CAST[t]) for a in mixed_fma.operands(cid, t, shapes, fields))
         out.append(Case(cid, op, np.zeros(0, np.float32), ops))
     out += [Case(w.id, "window", np.zeros(0, np.float32), (w,)) for w in mixed_scaler.WINDOWS]
+    out += [Case(t.id, "twins", np.zeros(0, np.float32), (t,)) for t in mixed_twins.TWIN_CASES]
     return tuple(out)
 
 
@@ -148,6 +149,10 @@ def outputs(k, case: Case) -> list[tuple[str, np.ndarray]]:
         if isinstance(k, _Control):
             return k.window(case.operands[0])
         return mixed_scaler.run(case.operands[0], k.backend)
+    if case.kind == "twins":
+        if isinstance(k, _Control):
+            return k.twins(case.operands[0])
+        return mixed_twins.run(case.operands[0], k.backend)
     if case.kind in ("linear", "matmul"):
         return [(case.kind, np.asarray(_public(k, case.kind)(*case.operands), np.float32))]
     if case.kind == "narrow":
@@ -253,6 +258,12 @@ class _Control:
     def window(self, w) -> list[tuple[str, np.ndarray]]:
         return mixed_scaler.run(w, "oracle", self.scaler_type)
 
+    # the twin-refresh steps, on the oracle; `stale` twins are never written after a step
+    stale_twins = False
+
+    def twins(self, case) -> list[tuple[str, np.ndarray]]:
+        return mixed_twins.run(case, "oracle", stale=self.stale_twins)
+
     # the contractions, on the oracle: the fold of the products (`_product`), bias added after
     def _product(self, a: float, b: float, t: str) -> float:
         return f32.mul(a, b)
@@ -310,6 +321,16 @@ class _NotSticky(_Control):
         super().__init__("window-not-sticky", "a window flag that a later clean step clears")
 
 
+class _StaleTwins(_Control):
+    """Twins cast once before the first step and not refreshed after any step (the steps run
+    without twins)."""
+
+    stale_twins = True
+
+    def __init__(self):
+        super().__init__("twin-stale", "a twin not refreshed after a step")
+
+
 def _truncate_f16(u: int) -> int:
     """The float16 value nearest zero of the two around x: the rounded pattern, stepped one
     pattern towards zero when its magnitude exceeds |x| (patterns are monotone in magnitude)."""
@@ -352,4 +373,5 @@ def negative_controls() -> list[_Control]:
         _RoundedProducts(),
         _FusedEverywhere(),
         _NotSticky(),
+        _StaleTwins(),
     ]

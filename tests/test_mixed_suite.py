@@ -1,6 +1,7 @@
 """The mixed suite's range cases (the FMA path and the multiply-add fallback), windowed loss-scale
-cases, negative controls and refusals (contracts/mixed.md): each control changes the card where
-the contract says it must, the cases hold the inputs they claim, every refusal names its option."""
+cases, twin-refresh cases, negative controls and refusals (contracts/mixed.md): each control
+changes the card where the contract says it must, the cases hold the inputs they claim, every
+refusal names its option."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,14 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from conftest import available
-from mojolike.contracts import harness, mixed, mixed_fma, mixed_refusals, mixed_scaler
+from mojolike.contracts import (
+    harness,
+    mixed,
+    mixed_fma,
+    mixed_refusals,
+    mixed_scaler,
+    mixed_twins,
+)
 from mojolike.oracles import f32
 
 from mojolike.core import cardformat
@@ -17,6 +25,7 @@ from mojolike.core import cardformat
 BACKENDS = ("oracle", "cpu-numba", "cpu-cffi", "cuda-sim")
 RANGE = [c[0] for c in mixed_fma.CASES]
 WINDOWS = [w.id for w in mixed_scaler.WINDOWS]
+TWINS = [t.id for t in mixed_twins.TWIN_CASES]
 
 
 def _case(cid):
@@ -66,7 +75,7 @@ def _exact_in_float32(p: Fraction) -> bool:
 def test_every_negative_control_changes_the_card(oracle, control_outputs):
     true = harness._card(mixed, oracle)
     names = [c.name for c in mixed.negative_controls()]
-    assert {"truncate", "low-products", "fma-underflow", "window-not-sticky"} <= set(names)
+    assert {"truncate", "low-products", "fma-underflow", "window-not-sticky", "twin-stale"} <= set(names)
     for name in names:
         card = harness._card(mixed, control_outputs[name])
         assert cardformat.count_differing_records(true, card) > 0, name
@@ -130,17 +139,19 @@ def test_a_skipped_step_writes_nothing_so_the_final_parameters_show_it(oracle):
 
 
 @pytest.mark.parametrize("backend", BACKENDS[1:])
-def test_the_range_and_window_cases_equal_the_oracle_on_every_backend(oracle, backend):
+def test_the_range_window_and_twin_cases_equal_the_oracle_on_every_backend(oracle, backend):
     if not available(backend):
         pytest.skip(f"{backend} cannot run here")
     k = harness.registry.kernels("test", "mixed", backend, "identical")
-    outs = harness._outputs(mixed, k, cases=tuple(_case(c) for c in RANGE + WINDOWS))
+    outs = harness._outputs(mixed, k, cases=tuple(_case(c) for c in RANGE + WINDOWS + TWINS))
+    assert {f"{t}/twins-1" for t in TWINS} <= set(outs)
     assert not _differing(outs, {key: oracle[key] for key in outs})
 
 
 def test_every_refusal_of_the_suite_names_its_option():
     table, _ = mixed_refusals.table("oracle")
-    assert len(table) >= 26
+    assert len(table) >= 35
+    assert {"params", "twin", "twins", "grads[0] and twins[1]", "frozen"} <= {o for o, _ in table[26:]}
     for expect, act in table:
         assert harness.refusal_failures(expect, act) == [], expect
     assert mixed.clause_refusals(type("K", (), {"backend": "oracle"})())[0] == "pass"
@@ -158,3 +169,47 @@ def test_the_float16_range_case_reaches_subnormals_and_the_largest_binade():
     fields = (x.view(np.uint16) >> 10) & 0x1F
     assert fields.min() == 0 and fields.max() == 30
     assert math.isfinite(float(np.abs(x.astype(np.float32)).max()))
+
+
+def _u32(a) -> list[int]:
+    return a.view(np.uint32).tolist()
+
+
+def test_a_twin_not_refreshed_after_a_step_changes_every_stepped_twin_record_and_no_master(
+        oracle, control_outputs):
+    changed = _differing(control_outputs["twin-stale"], oracle)
+    stepped = {f"{c.id}/twins-{s}" for c in mixed_twins.TWIN_CASES for s in range(1, c.steps + 1)}
+    assert changed == stepped  # the masters without twins are the masters with them
+
+
+def test_the_sgd_twin_case_lands_on_its_targets_then_their_halves_and_its_twins_are_their_casts(
+        oracle):
+    targets = np.array(mixed_twins.TARGETS, np.uint32).view(np.float32)
+    first = np.concatenate([targets, -targets])
+    assert _u32(oracle["twins-sgd/masters-1"]) == _u32(first)
+    assert _u32(oracle["twins-sgd/masters-2"]) == _u32(first * np.float32(0.5))
+    n = targets.size
+    for s in (1, 2):
+        masters, twins = oracle[f"twins-sgd/masters-{s}"], oracle[f"twins-sgd/twins-{s}"]
+        for part, t in ((slice(0, n), "bfloat16"), (slice(n, 2 * n), "float16")):
+            want = harness.registry.kernels("test", "mixed", "oracle", "identical")
+            out = np.empty(n, np.uint16)
+            getattr(want, "to_bf16" if t == "bfloat16" else "to_f16")(masters[part].copy(), out)
+            assert twins[part].view(np.uint32).tolist() == out.tolist(), (s, t)
+
+
+def test_the_sgd_twin_case_reaches_float16_infinity_zeros_of_both_signs_and_subnormals(oracle):
+    n = len(mixed_twins.TARGETS)
+    f16 = set(oracle["twins-sgd/twins-1"].view(np.uint32)[n:].tolist())
+    bf16 = set(oracle["twins-sgd/twins-1"].view(np.uint32)[:n].tolist())
+    assert {0x7C00, 0xFC00, 0x0000, 0x8000, 0x8001, 0x83FF} <= f16
+    assert {0x7F80, 0x0002, 0x0000} <= bf16  # bfloat16 infinity and subnormals
+
+
+def test_a_frozen_tensors_twin_keeps_the_bytes_of_the_step_before(oracle):
+    step, tensor = mixed_twins.FROZEN
+    assert tensor == 0
+    n = int(np.prod(mixed_twins.ADAMW_SHAPES[0]))
+    before, after = oracle[f"twins-adamw/twins-{step}"], oracle[f"twins-adamw/twins-{step + 1}"]
+    assert _u32(after[:n]) == _u32(before[:n])
+    assert _u32(after[n:]) != _u32(before[n:])
