@@ -2,6 +2,7 @@
 
     python benchmarks/mixed.py [--backend cpu-numba] [--repeat 5] [--n 16777216] [--size 2048]
     python benchmarks/mixed.py --fma [--fma-repeat 9] [--shapes 512x768x3072,2048x768x768]
+    python benchmarks/mixed.py --memory [--backend cpu-numba]
 
 - `mojolike.cast` float32 -> bfloat16 / float16 and back on n elements (the public function:
   checks, allocation, the kernel) against ml_dtypes' / numpy's `astype` and torch's `.to`
@@ -16,6 +17,10 @@
   (the bfloat16 linear: widening, the range check and the FMA kernel), beside mojolike's and
   torch's float32 F.linear, with 1 and 2 threads (numba's and torch's). The variants take
   turns in each round, so a burst of load falls on all of them; medians of the rounds.
+
+- `--memory`: the peak traced memory (tracemalloc) of one TinyLM forward + backward on the
+  tape, float32 against bfloat16 master weights (`with_master_weights`), same model and batch
+  (target: the bfloat16 step at most 0.6x the float32 step's).
 
 Best-of-`repeat` times after a warm call (`--fma`: medians); quote ratios from one run, with the CPU model,
 thread counts and load average it prints (the machine may be shared). Not a test.
@@ -138,6 +143,43 @@ def fma_rows(backend: str, shapes: list[tuple[int, int, int]], repeat: int) -> N
     torch.set_num_threads(before[1])
 
 
+def step_peak(backend: str, low: str | None, d_model: int, batch: int, seq_len: int) -> int:
+    """Peak traced bytes of one TinyLM forward + backward (after a warm one, so compiled code
+    and caches are not counted)."""
+    import tracemalloc
+
+    from mojolike import data
+    from mojolike.mixed_precision import with_master_weights
+    from mojolike.models import TinyLM
+
+    model = TinyLM(d_model=d_model, dropout=0.0, seed=0, chunk_size=1024)
+    if low:
+        with_master_weights(model, low)
+    tokens, targets = data.batch(0, batch_size=batch, seq_len=seq_len)
+
+    def step():
+        tape = mojolike.Tape(backend=backend)
+        tape.backward(model.forward(tape, tokens, targets))
+
+    step()
+    tracemalloc.start()
+    step()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+def memory_rows(backend: str) -> None:
+    d, b, t = 256, 16, 128
+    full = step_peak(backend, None, d, b, t)
+    print(f"TinyLM d_model {d}, batch {b} x {t}, one forward + backward on the tape ({backend}):")
+    print(f"  float32              peak {full / 2**20:7.1f} MiB")
+    for low in ("bfloat16", "float16"):
+        peak = step_peak(backend, low, d, b, t)
+        print(f"  {low} master weights peak {peak / 2**20:7.1f} MiB  {peak / full:.2f}x "
+              f"(target <= 0.6x)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--backend", default="cpu-numba")
@@ -148,7 +190,12 @@ def main() -> None:
     p.add_argument("--fma", action="store_true", help="only the bfloat16 FMA table")
     p.add_argument("--fma-repeat", type=int, default=9)
     p.add_argument("--shapes", default="512x768x3072,2048x768x768", help="M x K x N, comma-separated")
+    p.add_argument("--memory", action="store_true", help="only the training step's peak memory")
     args = p.parse_args()
+    if args.memory:
+        print(f"CPU: {cpu_model()}; mojolike {mojolike.__version__}")
+        memory_rows(args.backend)
+        return
     if args.fma:
         print(f"CPU: {cpu_model()}; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
         print(f"mojolike {mojolike.__version__} backend {args.backend}; numpy {np.__version__}, "
