@@ -36,8 +36,8 @@ import ml_dtypes
 import numpy as np
 import torch
 import torch.nn.functional as F
-from timing import best_of
 from fold import cpu_model
+from timing import best_of
 
 import mojolike
 
