@@ -106,8 +106,6 @@ def test_a_frozen_parameter_keeps_its_float32_storage_and_a_contraction_rounds_i
 
 
 @pytest.mark.parametrize("call,option", [
-    (lambda: with_master_weights(GPT(vocab_size=16, block_size=4, n_layer=1, n_head=1, n_embd=4),
-                                 "bfloat16"), "model"),
     (lambda: with_master_weights(object(), "bfloat16"), "model"),
     (lambda: with_master_weights(with_master_weights(TinyLM(d_model=4), "float16"), "float16"),
      "model"),
@@ -122,6 +120,44 @@ def test_what_master_weights_do_not_cover_is_refused_by_name(call, option):
         call()
     assert info.value.option == option
     assert info.value.entry_point == "mojolike.mixed_precision.with_master_weights"
+
+
+GPT_SMALL = {"vocab_size": 32, "block_size": 8, "n_layer": 1, "n_head": 2, "n_embd": 8}
+
+
+@pytest.mark.parametrize("low", sorted(TYPES))
+def test_a_gpt_with_master_weights_steps_to_one_loss_curve_on_every_cpu_backend(low):
+    r = np.random.default_rng(3)
+    tokens, targets = r.integers(0, 32, (2, 8)), r.integers(0, 32, (2, 8))
+    curves = {}
+    for backend in ("oracle", "cpu-numba", "cpu-cffi"):
+        model = with_master_weights(GPT(**GPT_SMALL, seed=1, backend=backend), low)
+        opt = mojolike.AdamW(model.parameters(), lr=1e-2, twins=model.twins(), backend=backend)
+        curve = []
+        for _ in range(2):
+            tape = mojolike.Tape(backend=backend)
+            loss = model.forward(tape, tokens, targets)
+            # the eager forward (logits) reads the same twins and casts as the tape's
+            eager = mojolike.cross_entropy(model.logits(tokens).reshape(-1, 32), targets.reshape(-1),
+                                           backend=backend)
+            assert _bits(eager) == _bits(loss.data)
+            opt.step(tape.backward(loss))
+            curve.append(tuple(_bits(np.atleast_1d(loss.data))))
+            for p, t in zip(model.parameters(), model.twins()):
+                assert t.view(np.uint16).tolist() == mojolike.cast(
+                    p, low, backend="oracle").view(np.uint16).tolist()
+        curves[backend] = curve
+    assert curves["oracle"] == curves["cpu-numba"] == curves["cpu-cffi"]
+    plain = GPT(**GPT_SMALL, seed=1, backend="oracle")
+    tape = mojolike.Tape(backend="oracle")
+    assert _bits(plain.forward(tape, tokens, targets).data) != list(curves["oracle"][0])
+
+
+def test_a_gpt_with_master_weights_refuses_to_generate_by_name():
+    model = with_master_weights(GPT(**GPT_SMALL), "bfloat16")
+    with pytest.raises(Refusal) as info:
+        model.generate([[1, 2]], 2)
+    assert info.value.option == "precision" and "token_losses" in info.value.reason
 
 
 def test_a_refused_call_leaves_the_model_in_float32():

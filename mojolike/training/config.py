@@ -203,8 +203,9 @@ def _common(e: str, v: dict, out: dict, whole) -> dict:
         refuse(e, "precision", f"must be one of {', '.join(map(repr, PRECISIONS))}",
                value=v["precision"])
     if v["model"] == "gpt" and v["precision"] != "fp32":
-        refuse(e, "precision", "must be 'fp32' for model 'gpt' (its forward has no "
-                               "low-precision form yet)", value=v["precision"])
+        refuse(e, "precision", "must be 'fp32' for model 'gpt' (the trainer's GPT step and "
+                               "its generation have no low-precision form yet)",
+               value=v["precision"])
     for name in ("steps", "batch_size", "seq_len", "microbatches", "growth_interval",
                  "outlier_window"):
         out[name] = whole(name)

@@ -34,11 +34,13 @@ from ..core.refusals import Refusal, refuse
 from ..ops.attention import scaled_dot_product_attention
 from ..ops.layers import embedding, linear
 from ..ops.loss import cross_entropy
+from ..ops.mixed import cast
 from ..ops.rng import Generator
 from ..ops.transformer import gelu, layer_norm, matmul
 from ..oracles import f32
 from ..oracles.scalars import round_sqrt_fraction
 from . import gpt_io
+from .master_weights import MasterWeighted
 from .models import IGNORE_INDEX, _indices
 from .tape import Tape, Value
 from .tape_base import binary
@@ -95,7 +97,7 @@ def check_config(e: str, vocab_size, block_size, n_layer, n_head, n_embd, dropou
     return cfg
 
 
-class GPT:
+class GPT(MasterWeighted):
     """GPT-2 (Radford et al. 2019; Hugging Face's GPT2LMHeadModel) on `mojolike.Tape`.
 
         x = embedding(tokens, wte) + embedding(0..T-1, wpe)             (B, T, C)
@@ -308,6 +310,10 @@ class GPT:
         ([4, 3], [2, 2])
         """
         from .generate import generate
+        if self._precision is not None:  # its decoder reads float32 weights and activations
+            refuse(entry, "precision", f"is {self.precision} (master weights); the KV-cache decoder "
+                                   f"has no low-precision form yet, so its log-probs would not "
+                                   f"be token_losses' (generate with the float32 model)")
         on = {"backend": self.backend if backend is None else backend,
               "numeric_mode": self.numeric_mode if numeric_mode is None else numeric_mode}
         try:
@@ -341,6 +347,9 @@ class _Eager:
 
     def embedding(self, ids, weight):
         return embedding(ids, weight, **self.on)
+
+    def cast(self, x, dtype, twin=None):
+        return cast(x, dtype, **self.on) if twin is None else twin
 
     def add(self, a, b):
         return binary(np.add, a, b)
@@ -387,12 +396,17 @@ def _trunk(o, model: GPT, params, tok: np.ndarray, gen: Generator | None, x=None
     B, T = tok.shape
     C, nh, eps = model.n_embd, model.n_head, model.layer_norm_epsilon
     hs = C // nh
-    it = iter(params)
-    wte, wpe = next(it), next(it)
+    # parameter i as the contractions read it (w.low) and as the other ops do (w.wide): the
+    # parameter itself, or with master weights its twin and the twin widened
+    w = model._weights(o, params)
+    it = iter(range(len(params)))
     sites = iter(range(2 * model.n_layer))
 
     def take(present=True):
         return next(it) if present else None
+
+    def wide(i):
+        return None if i is None else w.wide(i)
 
     def dropout(x):
         if gen is None:
@@ -414,17 +428,19 @@ def _trunk(o, model: GPT, params, tok: np.ndarray, gen: Generator | None, x=None
                                                      stream=keys.attention(layer, b))
                       for b, (qb, kb, vb) in enumerate(rows)], 0)
 
-    def proj(x, w, b):
+    def proj(x, i, b):
         # on the (B T, in) rows: the weight's gradient is one fold over every token (as the
         # tied head's), so microbatches of aligned token counts sum to the batch's bits
-        y = o.matmul(o.reshape(x, B * T, w.shape[0]), w)
-        y = y if b is None else o.add(y, b)
-        return o.reshape(y, B, T, w.shape[1])
+        shape = params[i].shape
+        y = o.matmul(w.act(o.reshape(x, B * T, shape[0])), w.low(i))
+        y = y if b is None else o.add(y, w.wide(b))
+        return o.reshape(y, B, T, shape[1])
 
     def heads(t):
         return o.transpose(o.reshape(t, B, T, nh, hs), 1, 2)
 
-    x = input_rows(o, tok, wte, wpe) if x is None else x
+    wte, wpe = take(), take()
+    x = input_rows(o, tok, w.wide(wte), w.wide(wpe)) if x is None else x
     for layer in range(model.n_layer):
         ln1w, ln1b = take(), take(model.bias)
         attn_w, attn_b = take(), take(model.bias)
@@ -432,14 +448,14 @@ def _trunk(o, model: GPT, params, tok: np.ndarray, gen: Generator | None, x=None
         ln2w, ln2b = take(), take(model.bias)
         fc_w, fc_b = take(), take(model.bias)
         mproj_w, mproj_b = take(), take(model.bias)
-        h = o.layer_norm(x, (C,), ln1w, ln1b, eps)
+        h = o.layer_norm(x, (C,), wide(ln1w), wide(ln1b), eps)
         q, k, v = o.split(proj(h, attn_w, attn_b), C, 2)
         y = attention(heads(q), heads(k), heads(v), layer)
         y = o.reshape(o.transpose(y, 1, 2), B, T, C)
         x = o.add(x, dropout(proj(y, aproj_w, aproj_b)))
-        h = o.layer_norm(x, (C,), ln2w, ln2b, eps)
+        h = o.layer_norm(x, (C,), wide(ln2w), wide(ln2b), eps)
         h = o.gelu(proj(h, fc_w, fc_b), "tanh")
         x = o.add(x, dropout(proj(h, mproj_w, mproj_b)))
     lnfw, lnfb = take(), take(model.bias)
-    x = o.layer_norm(x, (C,), lnfw, lnfb, eps)
-    return o.linear(o.reshape(x, B * T, C), wte)
+    x = o.layer_norm(x, (C,), wide(lnfw), wide(lnfb), eps)
+    return o.linear(w.act(o.reshape(x, B * T, C)), w.low(wte))

@@ -6,10 +6,11 @@ its forward reads bfloat16 / float16 twins of them (OCANNL's `Mixed_prec`
 named in `frozen` a twin, `cast(master, dtype)`, and switches the model's forward to
 it, in place (torch's `Module.to` also changes the module and returns it):
 
-* the contractions (`linear`) take the twins as they are and their activations cast
-  to `dtype` (`tape.cast`), and give float32 results (contracts/mixed.md clause 9);
-* every other op (embedding, rms_norm, the head) takes the twin widened exactly, so
-  the whole forward reads the rounded weights;
+* the contractions (TinyLM's linears; the GPT's Conv1D matmuls and tied head) take the
+  twins as they are and their activations cast to `dtype` (`tape.cast`), and give
+  float32 results (contracts/mixed.md clause 9);
+* every other op (embeddings, norms, biases, TinyLM's head) takes the twin widened
+  exactly, so the whole forward reads the rounded weights;
 * a frozen parameter keeps its own float32 storage and has no twin: the other ops
   read it as it is, and a contraction rounds it at each forward (`tape.cast`).
 
@@ -18,6 +19,10 @@ it to the optimizer (`AdamW(model.parameters(), twins=model.twins())`), whose st
 writes each twin in the pass that updates its master. The gradients reach the float32
 masters (the tape's cast passes them on unchanged), so the tape's `backward` returns
 float32 gradients for `parameters()` as before.
+
+A GPT with master weights trains (`forward` on the tape) and gives `logits` and
+`token_losses` with the same casts; its `generate` is refused by name (the KV-cache
+decoder has no low-precision form yet), as is `mojolike train --precision` for it.
 
 Reproducibility: a twin is `mojolike.cast(master, dtype)`, the contractions give the
 float32 op's bits on the widened operands, so a step's loss, gradients and masters are
@@ -89,14 +94,35 @@ def plain(tape, handles) -> Weights:
     return Weights(tape, handles, None)
 
 
+class MasterWeighted:
+    """What a model needs to take master weights (a base of TinyLM and GPT)."""
+
+    _precision: Precision | None = None  # with_master_weights sets it
+
+    @property
+    def precision(self) -> str:
+        """The type the forward reads the parameters in: "float32", or the twins' type."""
+        return "float32" if self._precision is None else self._precision.dtype
+
+    @entry_point()
+    def twins(self, **unknown) -> list:
+        """The low-precision twins in `parameters()` order (None: no twin), for the
+        optimizer's `twins=`; empty without master weights (`with_master_weights`)."""
+        return [] if self._precision is None else list(self._precision.twins)
+
+    def _weights(self, o, handles) -> Weights:
+        """What a forward on `o` (a Tape, or an eager stand-in with a `cast`) reads for each
+        of `handles` (the parameters in `parameters()` order)."""
+        return plain(o, handles) if self._precision is None else self._precision.weights(o, handles)
+
+
 @entry_point("mojolike.mixed_precision.with_master_weights")
 def with_master_weights(model, dtype, frozen=(), *, entry, **unknown):
-    """Give `model` (a `mojolike.models.TinyLM`) a `dtype` twin ("bfloat16" or "float16") of
+    """Give `model` (a `mojolike.models.TinyLM` or `GPT`) a `dtype` twin ("bfloat16" or "float16") of
     every parameter not named in `frozen` (names from `named_parameters()`), read by its
     forward from now on; the float32 parameters stay the masters. Returns `model`.
 
-    Refused by name: another model type (GPT is not covered yet), a model that already
-    has master weights, float32 or any other dtype, an unknown name in `frozen`.
+    Refused by name: another model type, a model that already has master weights, float32 or any other dtype, an unknown name in `frozen`.
 
     Reproducibility: see the module docstring; the optimizer's `refresh_twins()` rewrites
     every twin from its master after a change made outside its steps.
@@ -107,13 +133,9 @@ def with_master_weights(model, dtype, frozen=(), *, entry, **unknown):
     >>> [t is None for t in m.twins()]
     [False, True, False, False, False, False, False, False]
     """
-    from .models import TinyLM  # the models import this module for their forward
-
     e = entry
-    if not isinstance(model, TinyLM):
-        what = type(model).__name__
-        refuse(e, "model", f"must be a mojolike.models.TinyLM, not {what}"
-                           + ("; GPT's forward has no low-precision form yet" if what == "GPT" else ""))
+    if not isinstance(model, MasterWeighted):
+        refuse(e, "model", f"must be a mojolike.models.TinyLM or GPT, not {type(model).__name__}")
     if model.precision != "float32":
         refuse(e, "model", f"has master weights already ({model.precision} twins)")
     target = checks.cast_dtype(e, "dtype", dtype)

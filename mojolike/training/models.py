@@ -16,7 +16,7 @@ from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..ops.rng import Generator
 from ..oracles.scalars import round_sqrt_fraction
-from .master_weights import plain
+from .master_weights import MasterWeighted
 from .tape import Tape, Value
 
 IGNORE_INDEX = -100  # torch's default, and the head's
@@ -29,7 +29,7 @@ def linear_bound(fan_in: int, **unknown) -> float:
     return round_sqrt_fraction(Fraction(1, fan_in))
 
 
-class TinyLM:
+class TinyLM(MasterWeighted):
     """A one-block byte-level language model: the reference model of the `train` suite.
 
         x = embedding(tokens, embed.weight)                  (N, D), N = batch * seq_len rows
@@ -109,18 +109,6 @@ class TinyLM:
             uniform(7, (v, d), d),
         ]
         self._registered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._precision = None  # mojolike.mixed_precision.with_master_weights sets it
-
-    @property
-    def precision(self) -> str:
-        """The type the forward reads the parameters in: "float32", or the twins' type."""
-        return "float32" if self._precision is None else self._precision.dtype
-
-    @entry_point()
-    def twins(self, **unknown) -> list:
-        """The low-precision twins in `parameters()` order (None: no twin), for the
-        optimizer's `twins=`; empty without master weights (`with_master_weights`)."""
-        return [] if self._precision is None else list(self._precision.twins)
 
     @property
     def config(self) -> dict:
@@ -187,7 +175,7 @@ class TinyLM:
         handles = self.register(tape)
         # embed, norm1, fc1 (w, b), fc2 (w, b), norm2, head: the contractions read w.low,
         # the other ops w.wide (both the parameter itself without master weights)
-        w = plain(tape, handles) if self._precision is None else self._precision.weights(tape, handles)
+        w = self._weights(tape, handles)
         x = tape.embedding(tok.reshape(-1), w.wide(0))
         h = tape.relu(tape.linear(w.act(tape.rms_norm(x, w.wide(1), self.eps)), w.low(2), w.low(3)))
         m = tape.linear(w.act(h), w.low(4), w.low(5))
