@@ -15,7 +15,7 @@ from ..ops import layers, transformer
 from ..oracles import f32
 from ..oracles import mixed as spec
 from ..oracles.fold import fold_tree
-from . import mixed_fma, mixed_refusals, mixed_scaler, mixed_twins
+from . import mixed_attention, mixed_fma, mixed_refusals, mixed_scaler, mixed_twins
 from .casegen import SplitMix64
 from .harness import refusal_clause, with_1_and_2_threads
 
@@ -37,10 +37,10 @@ SPECIALS = (0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF8000
 class Case:
     id: str
     kind: str  # "narrow" (x float32), "widen-bf16", "widen-f16" (h: uint16), "linear",
-    # "matmul", "window", "twins"
+    # "matmul", "window", "twins", "low-op" (attention, embedding)
     data: np.ndarray
     operands: tuple = ()  # linear: (x, weight, bias); matmul: (a, b); all of one low type;
-    # window: (mixed_scaler.Window,); twins: (mixed_twins.TwinCase,)
+    # window: (mixed_scaler.Window,); twins: (mixed_twins.TwinCase,); low-op: (LowCase,)
 
 
 def _f32(patterns) -> np.ndarray:
@@ -104,6 +104,7 @@ def cases() -> tuple[Case, ...]:
         out.append(Case(cid, op, np.zeros(0, np.float32), ops))
     out += [Case(w.id, "window", np.zeros(0, np.float32), (w,)) for w in mixed_scaler.WINDOWS]
     out += [Case(t.id, "twins", np.zeros(0, np.float32), (t,)) for t in mixed_twins.TWIN_CASES]
+    out += [Case(c.id, "low-op", np.zeros(0, np.float32), (c,)) for c in mixed_attention.CASES]
     return tuple(out)
 
 
@@ -153,6 +154,10 @@ def outputs(k, case: Case) -> list[tuple[str, np.ndarray]]:
         if isinstance(k, _Control):
             return k.twins(case.operands[0])
         return mixed_twins.run(case.operands[0], k.backend)
+    if case.kind == "low-op":
+        if isinstance(k, _Control):
+            return k.low_op(case.operands[0])
+        return mixed_attention.run(case.operands[0], k.backend)
     if case.kind in ("linear", "matmul"):
         return [(case.kind, np.asarray(_public(k, case.kind)(*case.operands), np.float32))]
     if case.kind == "narrow":
@@ -172,23 +177,33 @@ def extra_clauses(k) -> dict[str, tuple[str, str]]:
     return {"c": clause_threads(k), "f": clause_refusals(k), "g": clause_widened(k)}
 
 
+def _low_and_widened(k, case: Case) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each output of a contraction or low-op case, with the float32 op's on the widened inputs."""
+    if case.kind == "low-op":
+        low = mixed_attention.run(case.operands[0], k.backend)
+        wide = mixed_attention.run(case.operands[0], k.backend, widen=True)
+        return [(a, b) for (_, a), (_, b) in zip(low, wide)]
+    fn = _public(k, case.kind)
+    return [(fn(*case.operands), fn(*(o.astype(np.float32) for o in case.operands)))]
+
+
 def clause_widened(k) -> tuple[str, str]:
-    """Clause (g): each low-precision linear / matmul equals, bit for bit (NaN one class), the
-    float32 op on the same backend applied to the exactly widened operands."""
+    """Clause (g): each low-precision linear / matmul / attention (forward and backward) /
+    embedding equals, bit for bit (NaN one class), the float32 op on the same backend applied
+    to the exactly widened inputs."""
     bad, cells, n = [], 0, 0
     for case in cases():
-        if case.kind not in ("linear", "matmul"):
+        if case.kind not in ("linear", "matmul", "low-op"):
             continue
         n += 1
-        low = np.asarray(_public(k, case.kind)(*case.operands), np.float32)
-        wide = np.asarray(_public(k, case.kind)(*(o.astype(np.float32) for o in case.operands)),
-                          np.float32)
-        cells += low.size
-        same = (low.view(np.uint32) == wide.view(np.uint32)) | (np.isnan(low) & np.isnan(wide))
-        if low.shape != wide.shape or not same.all():
-            bad.append(case.id)
+        for low, wide in _low_and_widened(k, case):
+            low, wide = np.asarray(low, np.float32), np.asarray(wide, np.float32)
+            cells += low.size
+            same = (low.view(np.uint32) == wide.view(np.uint32)) | (np.isnan(low) & np.isnan(wide))
+            if low.shape != wide.shape or not same.all():
+                bad.append(case.id)
     if bad:
-        return "fail", f"low precision differs from the float32 op on widened inputs: {', '.join(bad)}"
+        return "fail", f"low precision differs from the float32 op on widened inputs: {', '.join(dict.fromkeys(bad))}"
     return "pass", f"{n} cases, {cells} cells equal the float32 op on the widened operands"
 
 
@@ -264,6 +279,13 @@ class _Control:
     def twins(self, case) -> list[tuple[str, np.ndarray]]:
         return mixed_twins.run(case, "oracle", stale=self.stale_twins)
 
+    # attention and embedding, on the oracle; `low_results` rounds them to the inputs' type
+    low_results = False
+
+    def low_op(self, case) -> list[tuple[str, np.ndarray]]:
+        got = mixed_attention.run(case, "oracle")
+        return mixed_attention.rounded(got, case.t) if self.low_results else got
+
     # the contractions, on the oracle: the fold of the products (`_product`), bias added after
     def _product(self, a: float, b: float, t: str) -> float:
         return f32.mul(a, b)
@@ -331,6 +353,15 @@ class _StaleTwins(_Control):
         super().__init__("twin-stale", "a twin not refreshed after a step")
 
 
+class _LowResults(_Control):
+    """Attention's and embedding's float32 results rounded to the inputs' low type."""
+
+    low_results = True
+
+    def __init__(self):
+        super().__init__("low-attention", "attention results rounded to the inputs' low type")
+
+
 def _truncate_f16(u: int) -> int:
     """The float16 value nearest zero of the two around x: the rounded pattern, stepped one
     pattern towards zero when its magnitude exceeds |x| (patterns are monotone in magnitude)."""
@@ -374,4 +405,5 @@ def negative_controls() -> list[_Control]:
         _FusedEverywhere(),
         _NotSticky(),
         _StaleTwins(),
+        _LowResults(),
     ]

@@ -1,5 +1,5 @@
 """The mixed suite's range cases (the FMA path and the multiply-add fallback), windowed loss-scale
-cases, twin-refresh cases, negative controls and refusals (contracts/mixed.md): each control
+cases, twin-refresh cases, attention and embedding cases, negative controls and refusals (contracts/mixed.md): each control
 changes the card where the contract says it must, the cases hold the inputs they claim, every
 refusal names its option."""
 from __future__ import annotations
@@ -13,6 +13,7 @@ from conftest import available
 from mojolike.contracts import (
     harness,
     mixed,
+    mixed_attention,
     mixed_fma,
     mixed_refusals,
     mixed_scaler,
@@ -26,6 +27,7 @@ BACKENDS = ("oracle", "cpu-numba", "cpu-cffi", "cuda-sim")
 RANGE = [c[0] for c in mixed_fma.CASES]
 WINDOWS = [w.id for w in mixed_scaler.WINDOWS]
 TWINS = [t.id for t in mixed_twins.TWIN_CASES]
+LOW_OPS = [c.id for c in mixed_attention.CASES]
 
 
 def _case(cid):
@@ -139,12 +141,16 @@ def test_a_skipped_step_writes_nothing_so_the_final_parameters_show_it(oracle):
 
 
 @pytest.mark.parametrize("backend", BACKENDS[1:])
-def test_the_range_window_and_twin_cases_equal_the_oracle_on_every_backend(oracle, backend):
+def test_the_range_window_twin_attention_and_embedding_cases_equal_the_oracle_on_every_backend(
+        oracle, backend):
     if not available(backend):
         pytest.skip(f"{backend} cannot run here")
     k = harness.registry.kernels("test", "mixed", backend, "identical")
-    outs = harness._outputs(mixed, k, cases=tuple(_case(c) for c in RANGE + WINDOWS + TWINS))
+    picked = RANGE + WINDOWS + TWINS + LOW_OPS
+    outs = harness._outputs(mixed, k, cases=tuple(_case(c) for c in picked))
     assert {f"{t}/twins-1" for t in TWINS} <= set(outs)
+    assert {f"attention-{t}/{n}" for t in ("bfloat16", "float16") for n in ("o", "dq", "dk", "dv")
+            } | {"embedding-bfloat16/rows", "embedding-float16/rows"} <= set(outs)
     assert not _differing(outs, {key: oracle[key] for key in outs})
 
 
@@ -213,3 +219,35 @@ def test_a_frozen_tensors_twin_keeps_the_bytes_of_the_step_before(oracle):
     before, after = oracle[f"twins-adamw/twins-{step}"], oracle[f"twins-adamw/twins-{step + 1}"]
     assert _u32(after[:n]) == _u32(before[:n])
     assert _u32(after[n:]) != _u32(before[n:])
+
+
+def test_the_attention_and_embedding_cases_take_low_precision_inputs_and_give_float32(oracle):
+    for c in mixed_attention.CASES:
+        ins = mixed_attention.inputs(c)
+        assert all(a.dtype.name == c.t for a in ins[:3])
+        if c.op == "attention":
+            assert ins[3].dtype == np.float32 and ins[3].shape == mixed_attention.QKV_SHAPE
+            assert oracle[f"{c.id}/dk"].size == np.prod(mixed_attention.QKV_SHAPE)
+    ids = mixed_attention.IDS.reshape(-1).tolist()
+    assert len(set(ids)) < len(ids) < 2 * mixed_attention.TABLE_SHAPE[0]  # repeats, rows untaken
+    assert set(range(mixed_attention.TABLE_SHAPE[0])) - set(ids)
+
+
+def test_the_embedding_cases_are_the_tables_rows_widened(oracle):
+    for t in ("bfloat16", "float16"):
+        (table,) = mixed_attention.inputs(_case(f"embedding-{t}").operands[0])
+        want = table.astype(np.float32)[mixed_attention.IDS].reshape(-1)
+        assert _u32(oracle[f"embedding-{t}/rows"]) == _u32(want)
+
+
+def test_attention_results_kept_in_the_low_precision_change_every_attention_record_only(
+        oracle, control_outputs):
+    changed = _differing(control_outputs["low-attention"], oracle)
+    assert changed == {f"attention-{t}/{n}" for t in ("bfloat16", "float16")
+                       for n in ("o", "dq", "dk", "dv")}
+
+
+def test_clause_g_covers_the_attention_and_embedding_cases():
+    k = harness.registry.kernels("test", "mixed", "oracle", "identical")
+    status, detail = mixed.clause_widened(k)
+    assert status == "pass" and detail.startswith("12 cases")
