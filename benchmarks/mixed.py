@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from fold import cpu_model
-from timing import best_of
+from timing import best_of, peak_alloc
 
 import mojolike
 
@@ -146,8 +146,6 @@ def fma_rows(backend: str, shapes: list[tuple[int, int, int]], repeat: int) -> N
 def step_peak(backend: str, low: str | None, d_model: int, batch: int, seq_len: int) -> int:
     """Peak traced bytes of one TinyLM forward + backward (after a warm one, so compiled code
     and caches are not counted)."""
-    import tracemalloc
-
     from mojolike import data
     from mojolike.mixed_precision import with_master_weights
     from mojolike.models import TinyLM
@@ -161,12 +159,7 @@ def step_peak(backend: str, low: str | None, d_model: int, batch: int, seq_len: 
         tape = mojolike.Tape(backend=backend)
         tape.backward(model.forward(tape, tokens, targets))
 
-    step()
-    tracemalloc.start()
-    step()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak
+    return peak_alloc(step)
 
 
 def memory_rows(backend: str) -> None:

@@ -21,13 +21,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tracemalloc
 
 import numba
 import numpy as np
-from numba import njit, prange
-
 from fold import OtherLoad, best_of_each, cpu_model, numba_target, run_targets
+from numba import njit, prange
+from timing import peak_alloc
 
 
 @njit(parallel=True, cache=True)
@@ -87,15 +86,6 @@ def grads_like(params, n, layout: str):
     edges = np.cumsum([0] + [p.size for p in params])
     views = [g[a:b] for a, b in zip(edges[:-1], edges[1:])]
     return views if layout == "arena" else [v.copy() for v in views]
-
-
-def peak_alloc(fn) -> int:
-    fn()
-    tracemalloc.start()
-    fn()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak
 
 
 def torch_rows(params, grads, max_norm: float) -> dict:

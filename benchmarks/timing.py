@@ -1,7 +1,8 @@
-"""Timing helper shared by the benchmark scripts (run them from the repository root)."""
+"""Timing and memory helpers shared by the benchmark scripts (run them from the repository root)."""
 from __future__ import annotations
 
 import time
+import tracemalloc
 
 import mojolike
 
@@ -15,6 +16,17 @@ def best_of(fn, repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return min(times)
+
+
+def peak_alloc(fn) -> int:
+    """The peak traced bytes (tracemalloc) of one call of fn, after a warm one (compiled code,
+    caches and first touches are not counted)."""
+    fn()
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
 
 
 def backend_names(arg: str | None) -> list[str]:

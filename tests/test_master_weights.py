@@ -25,6 +25,12 @@ def _rounded(a, low):
     return mojolike.cast(mojolike.cast(a, low, backend="oracle"), "float32", backend="oracle")
 
 
+def _assert_twins_are_the_rounded_masters(model, low):
+    for p, t in zip(model.parameters(), model.twins()):
+        assert t.view(np.uint16).tolist() == mojolike.cast(
+            p, low, backend="oracle").view(np.uint16).tolist()
+
+
 def _reference(masters, low, tokens, targets, eps=None):
     """TinyLM's forward written out on a float32 oracle tape: the weights rounded to `low`
     and widened, and each contraction's input activation rounded where the model casts it
@@ -62,8 +68,7 @@ def test_the_twins_are_the_rounded_masters_and_the_float32_forward_is_unchanged(
     assert plain.precision == "float32" and plain.twins() == [] and mixed.precision == "bfloat16"
     for p, t in zip(mixed.parameters(), mixed.twins()):
         assert t.dtype == TYPES["bfloat16"] and t.shape == p.shape
-        assert t.view(np.uint16).tolist() == mojolike.cast(p, "bfloat16", backend="oracle").view(
-            np.uint16).tolist()
+    _assert_twins_are_the_rounded_masters(mixed, "bfloat16")
     tokens, targets = data.batch(1, batch_size=2, seq_len=4)
     a, b = mojolike.Tape(backend="oracle"), mojolike.Tape(backend="oracle")
     la, lb = plain.forward(a, tokens, targets), mixed.forward(b, tokens, targets)
@@ -84,9 +89,7 @@ def test_an_adamw_run_keeps_the_twins_equal_to_the_rounded_masters_on_every_cpu_
             loss = model.forward(tape, tokens, targets)
             opt.step(tape.backward(loss))
             seen.append(tuple(_bits(np.atleast_1d(loss.data))))
-            for p, t in zip(model.parameters(), model.twins()):
-                assert t.view(np.uint16).tolist() == mojolike.cast(
-                    p, low, backend="oracle").view(np.uint16).tolist()
+            _assert_twins_are_the_rounded_masters(model, low)
         losses[backend] = seen
     assert losses["oracle"] == losses["cpu-numba"] == losses["cpu-cffi"]
     assert len(set(losses["oracle"])) == 3  # the steps moved the loss
@@ -143,9 +146,7 @@ def test_a_gpt_with_master_weights_steps_to_one_loss_curve_on_every_cpu_backend(
             assert _bits(eager) == _bits(loss.data)
             opt.step(tape.backward(loss))
             curve.append(tuple(_bits(np.atleast_1d(loss.data))))
-            for p, t in zip(model.parameters(), model.twins()):
-                assert t.view(np.uint16).tolist() == mojolike.cast(
-                    p, low, backend="oracle").view(np.uint16).tolist()
+            _assert_twins_are_the_rounded_masters(model, low)
         curves[backend] = curve
     assert curves["oracle"] == curves["cpu-numba"] == curves["cpu-cffi"]
     plain = GPT(**GPT_SMALL, seed=1, backend="oracle")

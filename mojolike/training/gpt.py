@@ -311,9 +311,10 @@ class GPT(MasterWeighted):
         """
         from .generate import generate
         if self._precision is not None:  # its decoder reads float32 weights and activations
-            refuse(entry, "precision", f"is {self.precision} (master weights); the KV-cache decoder "
-                                   f"has no low-precision form yet, so its log-probs would not "
-                                   f"be token_losses' (generate with the float32 model)")
+            refuse(entry, "precision", f"is {self.precision} (master weights); the KV-cache "
+                                       f"decoder has no low-precision form yet, so its log-probs "
+                                       f"would not be token_losses' (generate with the float32 "
+                                       f"model)")
         on = {"backend": self.backend if backend is None else backend,
               "numeric_mode": self.numeric_mode if numeric_mode is None else numeric_mode}
         try:

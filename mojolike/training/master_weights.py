@@ -118,11 +118,12 @@ class MasterWeighted:
 
 @entry_point("mojolike.mixed_precision.with_master_weights")
 def with_master_weights(model, dtype, frozen=(), *, entry, **unknown):
-    """Give `model` (a `mojolike.models.TinyLM` or `GPT`) a `dtype` twin ("bfloat16" or "float16") of
-    every parameter not named in `frozen` (names from `named_parameters()`), read by its
-    forward from now on; the float32 parameters stay the masters. Returns `model`.
+    """Give `model` (a `mojolike.models.TinyLM` or `GPT`) a `dtype` twin ("bfloat16" or
+    "float16") of every parameter not named in `frozen` (names from `named_parameters()`),
+    read by its forward from now on; the float32 parameters stay the masters. Returns `model`.
 
-    Refused by name: another model type, a model that already has master weights, float32 or any other dtype, an unknown name in `frozen`.
+    Refused by name: another model type, a model that already has master weights, float32
+    or any other dtype, an unknown name in `frozen`.
 
     Reproducibility: see the module docstring; the optimizer's `refresh_twins()` rewrites
     every twin from its master after a change made outside its steps.

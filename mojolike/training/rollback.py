@@ -37,9 +37,10 @@ def signals_held():
 
 class Rollback:
     """A copy of what a step's commit writes, to put back if the commit does not finish: the
-    parameters, AdamW's moments and the parameters' low-precision twins (into buffers made once), the attributes of the
-    optimizer, scaler, generator and outlier detector (lists and dicts copied one level:
-    their methods rebind or mutate nothing deeper), the step count and the records."""
+    parameters, AdamW's moments and the parameters' low-precision twins (into buffers made
+    once), the attributes of the optimizer, scaler, generator and outlier detector (lists and
+    dicts copied one level: their methods rebind or mutate nothing deeper), the step count and
+    the records."""
 
     def __init__(self, trainer):
         self._t, self._buffers, self._attrs = trainer, None, None

@@ -84,6 +84,6 @@ class MixedOps:
 def low_refusal(e: str, name: str, v: Value) -> None:
     """Refuse a low-precision value where an op takes float32 only."""
     if v.data.dtype != np.float32:
-        refuse(e, name, f"is a {checks.cast_type_of(v.data)} value; this op takes float32 values (widen it "
-                        f"with tape.cast(x, 'float32'); linear and matmul take low-precision "
-                        f"values as they are)")
+        refuse(e, name, f"is a {checks.cast_type_of(v.data)} value; this op takes float32 values "
+                        f"(widen it with tape.cast(x, 'float32'); linear and matmul take "
+                        f"low-precision values as they are)")

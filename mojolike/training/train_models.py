@@ -44,11 +44,10 @@ import numpy as np
 
 from ..core.refusals import refuse
 from ..ops.layers import embedding, embedding_backward
-from ..ops.mixed import cast
 from . import invariants
 from .config import PRECISIONS
 from .gpt import GPT, _Eager, _trunk, input_rows, parameter_shapes
-from .master_weights import plain, with_master_weights
+from .master_weights import with_master_weights
 from .models import TinyLM
 from .tape_base import binary
 
@@ -66,6 +65,11 @@ def tie(head: np.ndarray, head_parts: list, emb: np.ndarray) -> np.ndarray:
     """The tied wte's gradient: the head's (summed over the microbatches `head_parts`) plus the
     embedding's, one addition per element (the tape's order: the head's node is the newer)."""
     return binary(np.add, head, emb)
+
+
+def named_twins(model) -> dict:
+    """{parameter name: its low-precision twin or None}; empty without master weights."""
+    return dict(zip(model.NAMES, model.twins()))
 
 
 def for_config(c, on: dict | None = None, entry: str = ""):
@@ -97,12 +101,12 @@ class TinyTrain:
         invariants.check_memory(e, self.c, budget)
 
     def twins(self) -> dict:
-        """{parameter name: its low-precision twin} (empty at fp32)."""
-        return dict(zip(self.model.NAMES, self.model.twins()))
+        return named_twins(self.model)
 
     def rows(self, tok: np.ndarray) -> np.ndarray:
+        # with master weights, the twin's rows widened (embedding takes a low-precision table)
         twin = self.twins().get("embed.weight")
-        table = self.model.parameters()[0] if twin is None else cast(twin, "float32", **self.on)
+        table = self.model.parameters()[0] if twin is None else twin
         return embedding(tok.reshape(-1), table, **self.on)
 
     def loss(self, tape, handles, x, tgt, count, drop):
@@ -110,7 +114,7 @@ class TinyTrain:
         # TinyLM's forward after the embedding (TINY_ON_TAPE: model indices 1..7), reading the
         # twins as models.TinyLM.forward does when the run has master weights
         at = (None, *handles)
-        w = plain(tape, at) if m._precision is None else m._precision.weights(tape, at)
+        w = m._weights(tape, at)
         h = w.act(tape.rms_norm(x, w.wide(1), m.eps))
         y = tape.linear(w.act(tape.relu(tape.linear(h, w.low(2), w.low(3)))), w.low(4), w.low(5))
         if drop is not None and m.dropout > 0.0:
@@ -152,7 +156,7 @@ class GPTTrain:
     overflow_cell = "transformer.h.0.mlp.c_proj.weight"
 
     def twins(self) -> dict:
-        return {}  # the GPT trains at fp32 only (TrainConfig refuses another precision)
+        return named_twins(self.model)  # empty: TrainConfig takes fp32 only for the GPT
 
     def __init__(self, c, on, entry: str = ""):
         self.c, self.on = c, on
