@@ -18,9 +18,11 @@
   torch's float32 F.linear, with 1 and 2 threads (numba's and torch's). The variants take
   turns in each round, so a burst of load falls on all of them; medians of the rounds.
 
-- `--memory`: the peak traced memory (tracemalloc) of one TinyLM forward + backward on the
-  tape, float32 against bfloat16 master weights (`with_master_weights`), same model and batch
-  (target: the bfloat16 step at most 0.6x the float32 step's).
+- `--memory`: the traced memory (tracemalloc) of one TinyLM and one GPT forward + backward
+  on the tape, float32 against bfloat16 and float16 master weights (`with_master_weights`),
+  same model and batch: what the tape keeps once the forward has returned (the saved activations)
+  and the peak of the step (target: the bfloat16 step's peak at most 0.6x the float32
+  step's).
 
 Best-of-`repeat` times after a warm call (`--fma`: medians); quote ratios from one run, with the CPU model,
 thread counts and load average it prints (the machine may be shared). Not a test.
@@ -31,6 +33,7 @@ import argparse
 import os
 import statistics
 import time
+import tracemalloc
 
 import ml_dtypes
 import numpy as np
@@ -143,34 +146,49 @@ def fma_rows(backend: str, shapes: list[tuple[int, int, int]], repeat: int) -> N
     torch.set_num_threads(before[1])
 
 
-def step_peak(backend: str, low: str | None, d_model: int, batch: int, seq_len: int) -> int:
-    """Peak traced bytes of one TinyLM forward + backward (after a warm one, so compiled code
-    and caches are not counted)."""
+def step_memory(backend: str, low: str | None, model_name: str) -> tuple[int, int]:
+    """(kept, peak): the traced bytes the tape holds once the forward has returned (the
+    activations kept for the backward, the weights' casts) and the peak over the forward
+    and backward, of one step after a warm one (compiled code and caches are not counted)."""
     from mojolike import data
     from mojolike.mixed_precision import with_master_weights
-    from mojolike.models import TinyLM
+    from mojolike.models import GPT, TinyLM
 
-    model = TinyLM(d_model=d_model, dropout=0.0, seed=0, chunk_size=1024)
+    if model_name == "tiny":
+        model = TinyLM(d_model=256, dropout=0.0, seed=0, chunk_size=1024)
+        tokens, targets = data.batch(0, batch_size=16, seq_len=128)
+    else:
+        model = GPT(vocab_size=256, block_size=128, n_layer=2, n_head=4, n_embd=128, seed=0)
+        tokens, targets = data.batch(0, batch_size=8, seq_len=128)
     if low:
         with_master_weights(model, low)
-    tokens, targets = data.batch(0, batch_size=batch, seq_len=seq_len)
+    kept = []
 
     def step():
         tape = mojolike.Tape(backend=backend)
-        tape.backward(model.forward(tape, tokens, targets))
+        loss = model.forward(tape, tokens, targets)
+        if tracemalloc.is_tracing():
+            kept.append(tracemalloc.get_traced_memory()[0])
+        tape.backward(loss)
 
-    return peak_alloc(step)
+    peak = peak_alloc(step)
+    return kept[-1], peak
+
+
+MEMORY_MODELS = {"tiny": "TinyLM d_model 256, batch 16 x 128",
+                 "gpt": "GPT n_layer 2, n_head 4, n_embd 128, vocab 256, batch 8 x 128"}
 
 
 def memory_rows(backend: str) -> None:
-    d, b, t = 256, 16, 128
-    full = step_peak(backend, None, d, b, t)
-    print(f"TinyLM d_model {d}, batch {b} x {t}, one forward + backward on the tape ({backend}):")
-    print(f"  float32              peak {full / 2**20:7.1f} MiB")
-    for low in ("bfloat16", "float16"):
-        peak = step_peak(backend, low, d, b, t)
-        print(f"  {low} master weights peak {peak / 2**20:7.1f} MiB  {peak / full:.2f}x "
-              f"(target <= 0.6x)")
+    for name, what in MEMORY_MODELS.items():
+        kept32, peak32 = step_memory(backend, None, name)
+        print(f"{what}, one forward + backward on the tape ({backend}):")
+        print(f"  {'':24} {'kept after forward':>18}   {'peak':>9}")
+        print(f"  {'float32':24} {kept32 / 2**20:12.1f} MiB      {peak32 / 2**20:9.1f} MiB")
+        for low in ("bfloat16", "float16"):
+            kept, peak = step_memory(backend, low, name)
+            print(f"  {low + ' master weights':24} {kept / 2**20:12.1f} MiB {kept / kept32:.2f}x"
+                  f"{peak / 2**20:9.1f} MiB {peak / peak32:.2f}x (target <= 0.6x)")
 
 
 def main() -> None:

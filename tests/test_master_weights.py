@@ -40,8 +40,8 @@ def _reference(masters, low, tokens, targets, eps=None):
                                          for p in masters)
     r = (lambda v: v) if low is None else (lambda v: tape.cast(tape.cast(v, low), "float32"))
     x = tape.embedding(tokens.reshape(-1), emb)
-    h = tape.relu(tape.linear(r(tape.rms_norm(x, n1, eps)), w1, b1))
-    m = tape.linear(r(h), w2, b2)
+    h = tape.relu(r(tape.linear(r(tape.rms_norm(x, n1, eps)), w1, b1)))  # relu reads it rounded
+    m = tape.linear(r(h), w2, b2)  # relu's result is of the low type already: r(h) is h
     z = tape.rms_norm(tape.add(x, m), n2, eps)
     loss = tape.chunked_lm_head_loss(z, head, targets.reshape(-1), chunk_size=1024)
     return loss, tape.backward(loss)
@@ -154,11 +154,25 @@ def test_a_gpt_with_master_weights_steps_to_one_loss_curve_on_every_cpu_backend(
     assert _bits(plain.forward(tape, tokens, targets).data) != list(curves["oracle"][0])
 
 
-def test_a_gpt_with_master_weights_refuses_to_generate_by_name():
-    model = with_master_weights(GPT(**GPT_SMALL), "bfloat16")
-    with pytest.raises(Refusal) as info:
-        model.generate([[1, 2]], 2)
-    assert info.value.option == "precision" and "token_losses" in info.value.reason
+@pytest.mark.parametrize("low, backend, frozen", [
+    ("bfloat16", "oracle", ()), ("bfloat16", "cpu-numba", ()), ("float16", "cpu-cffi", ()),
+    ("bfloat16", "cpu-numba", ("transformer.wte.weight", "transformer.h.0.mlp.c_fc.weight",
+                               "transformer.h.0.ln_1.weight")),
+])
+def test_a_gpt_with_master_weights_generates_the_log_probs_of_its_token_losses(low, backend,
+                                                                                frozen):
+    # the KV-cache decoder reads the twins and casts as the training forward: each log-prob
+    # is -token_losses at its position bit for bit, greedy and sampled, prompts of two lengths
+    model = with_master_weights(GPT(**GPT_SMALL, seed=2, backend=backend), low, frozen=frozen)
+    prompts = [[1, 2, 3], [4]]
+    for options in ({"temperature": 0}, {"temperature": 0.9, "top_k": 7, "seed": 5}):
+        tokens, logprobs = model.generate(prompts, 4, **options)
+        for seq, lps, pr in zip(tokens, logprobs, prompts):
+            t = np.int64([seq])
+            losses = model.token_losses(t[:, :-1], t[:, 1:])[0]
+            assert _bits(np.float32(lps)) == _bits(-losses[len(pr) - 1:])
+    plain = GPT(**GPT_SMALL, seed=2, backend=backend)  # the twins are what the decoder read
+    assert plain.generate(prompts, 4, **options)[1] != logprobs
 
 
 def test_a_refused_call_leaves_the_model_in_float32():

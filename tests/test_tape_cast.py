@@ -103,7 +103,9 @@ def test_a_cast_to_float32_widens_exactly_and_passes_the_gradient_on():
 
 @pytest.mark.parametrize("make, option, words", [
     (lambda t, v: t.add(v, v), "a", "bfloat16 value"),
-    (lambda t, v: t.relu(v), "x", "tape.cast(x, 'float32')"),
+    (lambda t, v: t.exp(v), "x", "tape.cast(x, 'float32')"),
+    (lambda t, v: t.rms_norm(v), "x", "tape.cast(x, 'float32')"),
+    (lambda t, v: t.cat([v, v]), "tensors[0]", "tape.cast(x, 'float32')"),
     (lambda t, v: t.cast(v, "bfloat16"), "dtype", "own type"),
     (lambda t, v: t.cast(v, "float16"), "dtype", "not covered"),
     (lambda t, v: t.cast(v, "float32", twin=np.zeros(2, np.float32)), "twin", "float32 value"),

@@ -20,6 +20,19 @@ def small(**kw) -> TrainConfig:
                           "microbatches": 2, **kw})
 
 
+def gpt_small(**kw) -> TrainConfig:
+    return TrainConfig(**{"model": "gpt", "steps": 2, "n_layer": 1, "n_head": 2, "n_embd": 16,
+                          "block_size": 8, "batch_size": 2, "microbatches": 2, **kw})
+
+
+def _assert_twins_are_the_rounded_masters(model, precision: str) -> None:
+    low = {"bf16": "bfloat16", "fp16": "float16"}[precision]
+    assert model.precision == low
+    for p, tw in zip(model.parameters(), model.twins()):
+        assert tw.view(np.uint16).tolist() == mojolike.cast(p, low, backend="oracle").view(
+            np.uint16).tolist()
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_a_low_precision_run_has_one_digest_on_every_cpu_backend_and_thread_count(precision):
     c = small(precision=precision)
@@ -45,22 +58,21 @@ def test_a_low_precision_run_has_one_digest_on_every_cpu_backend_and_thread_coun
 def test_the_optimizer_keeps_every_twin_equal_to_its_rounded_master(precision):
     t = Trainer(small(precision=precision, steps=3), backend="cpu-cffi")
     t.run()
-    low = {"bf16": "bfloat16", "fp16": "float16"}[precision]
-    twins = t.model.twins()
-    assert len(twins) == 8 and t.model.precision == low
-    for p, tw in zip(t.model.parameters(), twins):
-        assert tw.view(np.uint16).tolist() == mojolike.cast(p, low, backend="oracle").view(
-            np.uint16).tolist()
+    assert len(t.model.twins()) == 8
+    _assert_twins_are_the_rounded_masters(t.model, precision)
 
 
-def test_a_resume_on_another_backend_rebuilds_the_twins_from_the_masters(tmp_path):
-    c = small(precision="bf16")
+@pytest.mark.parametrize("model, until, resumed_on", [("tiny", 2, "oracle"),
+                                                     ("gpt", 1, "cpu-numba")])
+def test_a_resume_on_another_backend_rebuilds_the_twins_from_the_masters(tmp_path, model, until,
+                                                                         resumed_on):
+    c = (small if model == "tiny" else gpt_small)(precision="bf16")
     whole = Trainer(c, backend="cpu-cffi")
     whole.run()
     t = Trainer(c, backend="cpu-numba")
-    t.run(until=2)
+    t.run(until=until)
     path = t.save(str(tmp_path / "ck.npz"))
-    r = Trainer.load(path, backend="oracle")
+    r = Trainer.load(path, backend=resumed_on)
     assert [tw.view(np.uint16).tolist() for tw in r.model.twins()] == \
         [tw.view(np.uint16).tolist() for tw in t.model.twins()]
     r.run()
@@ -74,11 +86,28 @@ def test_the_precision_is_part_of_the_key_only_when_it_is_not_fp32():
 
 
 @pytest.mark.parametrize("kw", [{"precision": "int8"}, {"precision": "bfloat16"},
-                                {"model": "gpt", "precision": "bf16"}])
+                                {"model": "gpt", "precision": "float16"}])
 def test_a_precision_outside_the_contract_is_refused_by_name(kw):
     with pytest.raises(Refusal) as info:
         TrainConfig(steps=2, **kw)
     assert info.value.option == "precision"
+
+
+# the oracle's GPT step takes seconds: bf16 on it, fp16 on the two kernel backends
+@pytest.mark.parametrize("precision, backends", [("bf16", ("oracle", "cpu-numba", "cpu-cffi")),
+                                                 ("fp16", ("cpu-numba", "cpu-cffi"))])
+def test_a_low_precision_gpt_run_has_one_digest_on_every_cpu_backend(precision, backends):
+    c = gpt_small(precision=precision)
+    digests = {}
+    for backend in backends:
+        t = Trainer(c, backend=backend)
+        t.run()
+        digests[backend] = t.digest()
+    assert len(set(digests.values())) == 1, digests
+    _assert_twins_are_the_rounded_masters(t.model, precision)
+    fp32 = Trainer(gpt_small(), backend="cpu-numba")
+    fp32.run()
+    assert fp32.digest() not in digests.values()
 
 
 def _digest(out: str) -> str:

@@ -63,7 +63,7 @@ def add_parser(sub) -> None:
         t.add_argument(flag, type=int, default=None, help=f"the GPT's {what} (--model gpt)")
     t.add_argument("--precision", default=None, choices=("fp32", "bf16", "fp16"),
                    help="the type the forward reads the weights in: fp32 (default), or bf16 / "
-                        "fp16 twins of float32 master weights (TinyLM)")
+                        "fp16 twins of float32 master weights")
     t.set_defaults(func=main)
 
 

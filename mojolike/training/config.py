@@ -56,11 +56,11 @@ class TrainConfig:
     d_model, d_hidden, chunk_size; the GPT's four). A "tiny" configuration's
     `to_dict` and `key` are today's, without the GPT's fields.
 
-    `precision` "bf16" or "fp16" trains TinyLM with float32 master weights and
+    `precision` "bf16" or "fp16" trains the model with float32 master weights and
     bfloat16 / float16 twins (`mojolike.mixed_precision.with_master_weights`): the
     forward reads the twins, AdamW steps the masters and writes each twin in the same
     pass, the GradScaler scales the loss as in every run; "fp32" (the default, left
-    out of `to_dict` and `key`) reads the masters. The GPT takes "fp32" only.
+    out of `to_dict` and `key`) reads the masters.
 
     Every real is kept as the shortest decimal that reads back to the binary32
     value the run uses (skip_lossz: as a binary64 float, which the gate compares
@@ -201,10 +201,6 @@ def _common(e: str, v: dict, out: dict, whole) -> dict:
     """The options both models take."""
     if v["precision"] not in PRECISIONS:
         refuse(e, "precision", f"must be one of {', '.join(map(repr, PRECISIONS))}",
-               value=v["precision"])
-    if v["model"] == "gpt" and v["precision"] != "fp32":
-        refuse(e, "precision", "must be 'fp32' for model 'gpt' (the trainer's GPT step and "
-                               "its generation have no low-precision form yet)",
                value=v["precision"])
     for name in ("steps", "batch_size", "seq_len", "microbatches", "growth_interval",
                  "outlier_window"):

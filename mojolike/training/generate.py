@@ -51,12 +51,14 @@ from ..core.refusals import refuse
 from ..ops.attention import scaled_dot_product_attention
 from ..ops.layers import embedding, linear
 from ..ops.loss import cross_entropy
+from ..ops.mixed import cast
 from ..ops.rng import TWO64, Generator
 from ..ops.transformer import array, gelu, layer_norm, matmul, softmax
 from . import gpt  # the model's one list of its parameters
 
 _F32 = np.float32
 _NEG_INF = np.float32(-np.inf)
+HEAD = "lm_head.weight"  # the tied head's weight when it is read apart from wte (GPT._decoder_weights)
 
 
 # -- the configuration and the weights ----------------------------------------------------------
@@ -187,6 +189,23 @@ def _ln(x, w: dict, name: str, d: Dims, on) -> np.ndarray:
                       d.layer_norm_epsilon, **on)
 
 
+def _acts(low: str | None, on):
+    """What the contractions read of an activation: itself, or with master weights (`low`,
+    GPT._trunk's casts) a float32 one rounded to `low` (one of that type as it is)."""
+    if low is None:
+        return lambda a: a
+    return lambda a: cast(a, low, **on) if a.dtype == _F32 else a
+
+
+def _gelu(x: np.ndarray, on) -> np.ndarray:
+    """gelu (tanh); on a low-precision x the float32 gelu of x widened, rounded once to x's
+    type (the tape's gelu)."""
+    if x.dtype == _F32:
+        return gelu(x, approximate="tanh", **on)
+    low = checks.cast_type_of(x)
+    return cast(gelu(cast(x, "float32", **on), approximate="tanh", **on), low, **on)
+
+
 def _mlp(x, w: dict, p: str, d: Dims, on) -> np.ndarray:
     """x + mlp(ln_2(x)): the block's second half (rows of any leading shape)."""
     h = _ln(x, w, p + "ln_2", d, on)
@@ -271,6 +290,11 @@ class KVCache:
     def __len__(self) -> int:
         return len(self.capacities)
 
+    def retype(self, dtype) -> None:
+        """Empty keys and values of `dtype` (a master-weight decoder's: generate.decode)."""
+        self._k = [[np.zeros(a.shape, dtype) for a in layers] for layers in self._k]
+        self._v = [[np.zeros(a.shape, dtype) for a in layers] for layers in self._v]
+
 def _segments(entry: str, cache: KVCache, tokens, d: Dims) -> list[np.ndarray]:
     if not isinstance(tokens, (list, tuple)) or len(tokens) != len(cache):
         refuse(entry, "tokens", f"must be a list with one token sequence per cache prompt "
@@ -305,9 +329,9 @@ def _attend(cache: KVCache, layer: int, spans, qkv: np.ndarray, d: Dims, on) -> 
     c, nh, hs = d.n_embd, d.n_head, d.head_size
     nl = max(r1 - r0 for _, r0, r1, _ in spans)
     ns = max(st + r1 - r0 for _, r0, r1, st in spans)
-    q = np.zeros((len(spans), nh, nl, hs), _F32)
-    k = np.zeros((len(spans), nh, ns, hs), _F32)
-    v = np.zeros((len(spans), nh, ns, hs), _F32)
+    q = np.zeros((len(spans), nh, nl, hs), qkv.dtype)  # with master weights the low type
+    k = np.zeros((len(spans), nh, ns, hs), qkv.dtype)
+    v = np.zeros((len(spans), nh, ns, hs), qkv.dtype)
     mask = np.zeros((len(spans), 1, nl, ns), np.bool_)
     for b, (p, r0, r1, st) in enumerate(spans):
         m, stop = r1 - r0, st + r1 - r0
@@ -338,9 +362,12 @@ def _conv1d_t(x, wt, b, on) -> np.ndarray:
     return y if b is None else _add(y, b)
 
 
-def _step(w: dict, d: Dims, cache: KVCache, segs: list[np.ndarray], all_logits: bool, on
-          ) -> np.ndarray:
-    """Feed the segments (w from `transposed`); returns the logits rows, advances the cache."""
+def _step(w: dict, d: Dims, cache: KVCache, segs: list[np.ndarray], all_logits: bool, on,
+          low: str | None = None) -> np.ndarray:
+    """Feed the segments (w from `transposed`); returns the logits rows, advances the cache.
+    `low`: master weights' type (w from GPT._decoder_weights, the cache of that type): the
+    activations are cast where GPT._trunk casts them."""
+    act = _acts(low, on)
     spans, r = [], 0
     for p, s in enumerate(segs):
         if s.size:
@@ -354,17 +381,20 @@ def _step(w: dict, d: Dims, cache: KVCache, segs: list[np.ndarray], all_logits: 
     for layer in range(d.n_layer):
         pre = f"transformer.h.{layer}."
         h = _ln(x, w, pre + "ln_1", d, on)
-        qkv = _conv1d_t(h, w[pre + "attn.c_attn.weight"], w[pre + "attn.c_attn.bias"], on)
+        qkv = act(_conv1d_t(act(h), w[pre + "attn.c_attn.weight"], w[pre + "attn.c_attn.bias"],
+                            on))
         y = _attend(cache, layer, spans, qkv, d, on)
-        x = _add(x, _conv1d_t(y, w[pre + "attn.c_proj.weight"], w[pre + "attn.c_proj.bias"], on))
+        x = _add(x, _conv1d_t(act(y), w[pre + "attn.c_proj.weight"], w[pre + "attn.c_proj.bias"],
+                              on))
         h = _ln(x, w, pre + "ln_2", d, on)
-        h = gelu(_conv1d_t(h, w[pre + "mlp.c_fc.weight"], w[pre + "mlp.c_fc.bias"], on),
-                 approximate="tanh", **on)
-        x = _add(x, _conv1d_t(h, w[pre + "mlp.c_proj.weight"], w[pre + "mlp.c_proj.bias"], on))
+        h = _gelu(act(_conv1d_t(act(h), w[pre + "mlp.c_fc.weight"], w[pre + "mlp.c_fc.bias"], on)),
+                  on)
+        x = _add(x, _conv1d_t(act(h), w[pre + "mlp.c_proj.weight"], w[pre + "mlp.c_proj.bias"],
+                              on))
     if not all_logits:
         x = x[[r1 - 1 for _, _, r1, _ in spans]]
     x = _ln(x, w, "transformer.ln_f", d, on)
-    logits = linear(x, w["transformer.wte.weight"], **on)
+    logits = linear(act(x), w.get(HEAD, w["transformer.wte.weight"]), **on)
     for p, r0, r1, _ in spans:
         cache.lengths[p] += r1 - r0
     return logits
@@ -448,7 +478,14 @@ def generate(weights, config, prompts, max_new_tokens, temperature=1.0, top_k=No
     backend or the thread count.
     """
     d = dims_of(config, entry)
-    w = check_weights(entry, weights, d)
+    return decode(entry, check_weights(entry, weights, d), d, prompts, max_new_tokens,
+                  temperature, top_k, seed, streams, _on(entry, backend, numeric_mode))
+
+
+def decode(entry: str, w: dict, d: Dims, prompts, max_new_tokens, temperature, top_k, seed,
+           streams, on, low: str | None = None):
+    """`generate` on checked weights `w` (with `low`: GPT._decoder_weights, read as
+    GPT._trunk reads master weights; the KV cache then holds keys and values of `low`)."""
     ps = _prompts(entry, prompts, d)
     n_new = checks.integer(entry, "max_new_tokens", max_new_tokens, low=0)
     for i, pr in enumerate(ps):
@@ -466,15 +503,16 @@ def generate(weights, config, prompts, max_new_tokens, temperature=1.0, top_k=No
                    value=streams)
         st = [checks.integer(entry, f"streams[{i}]", s, low=0, high=TWO64 - 1)
               for i, s in enumerate(streams)]
-    on = _on(entry, backend, numeric_mode)
     tokens = [pr.tolist() for pr in ps]
     logprobs: list[list[float]] = [[] for _ in ps]
     if n_new == 0:
         return tokens, logprobs
     gen = Generator(sd, **on)
     cache = KVCache(d, [pr.size + n_new - 1 for pr in ps])  # the last new token is never fed
+    if low is not None:
+        cache.retype(checks.cast_types()[low])
     w = transposed(w)
-    logits = _step(w, d, cache, ps, False, on)
+    logits = _step(w, d, cache, ps, False, on, low)
     for step in range(n_new):
         new = choose(logits, temp, k, gen, st, [len(t) for t in tokens], on, entry)
         lp = cross_entropy(logits, np.int64(new), reduction="none", **on)
@@ -482,7 +520,7 @@ def generate(weights, config, prompts, max_new_tokens, temperature=1.0, top_k=No
             tokens[i].append(tok)
             logprobs[i].append(float(-lp[i]))
         if step + 1 < n_new:
-            logits = _step(w, d, cache, [np.int64([t]) for t in new], False, on)
+            logits = _step(w, d, cache, [np.int64([t]) for t in new], False, on, low)
     return tokens, logprobs
 
 

@@ -297,6 +297,8 @@ class GPT(MasterWeighted):
         prompts (a list of token sequences of any lengths) decoded together with a KV cache;
         `streams` (default: each prompt's index) keys each prompt's sampling, so a prompt
         decoded alone with its batch index as its stream draws what it drew in the batch.
+        With master weights the decoder reads the twins with the forward's casts, its KV
+        cache of the low type (contracts/mixed.md clause 31).
 
         Reproducibility: each generated token's log-prob equals, bit for bit, the negation of
         `token_losses` of the whole generated sequence at its position (the training
@@ -309,20 +311,40 @@ class GPT(MasterWeighted):
         >>> [len(t) for t in tokens], [len(lp) for lp in logprobs]
         ([4, 3], [2, 2])
         """
-        from .generate import generate
-        if self._precision is not None:  # its decoder reads float32 weights and activations
-            refuse(entry, "precision", f"is {self.precision} (master weights); the KV-cache "
-                                       f"decoder has no low-precision form yet, so its log-probs "
-                                       f"would not be token_losses' (generate with the float32 "
-                                       f"model)")
+        from . import generate as g
         on = {"backend": self.backend if backend is None else backend,
               "numeric_mode": self.numeric_mode if numeric_mode is None else numeric_mode}
         try:
-            return generate(dict(self.named_parameters()), self.config, prompts, max_new_tokens,
-                            temperature=temperature, top_k=top_k, seed=seed, streams=streams,
-                            **on)
+            if self._precision is None:
+                return g.generate(dict(self.named_parameters()), self.config, prompts,
+                                  max_new_tokens, temperature=temperature, top_k=top_k,
+                                  seed=seed, streams=streams, **on)
+            on = g._on(entry, on["backend"], on["numeric_mode"])
+            return g.decode(entry, self._decoder_weights(on), g.dims_of(self.config, entry),
+                            prompts, max_new_tokens, temperature, top_k, seed, streams, on,
+                            self.precision)
         except Refusal as r:
             raise r.at(entry) from None
+
+    def _decoder_weights(self, on: dict) -> dict:
+        """The weights as `_trunk` reads them with master weights, by name: the Conv1D weights
+        and the tied head (`generate.HEAD`) of the low type (the twin, or a frozen master
+        rounded), the embeddings the twins as they are (a frozen one its master), the other
+        parameters the twins widened (a frozen one its master)."""
+        from .generate import HEAD
+        low = self.precision
+        out = {}
+        for (name, p), t in zip(self.named_parameters(), self._precision.twins):
+            contraction = p.ndim == 2 and ".h." in name
+            if contraction:
+                out[name] = cast(p, low, **on) if t is None else t
+            elif name in ("transformer.wte.weight", "transformer.wpe.weight"):
+                out[name] = p if t is None else t
+            else:
+                out[name] = p if t is None else cast(t, "float32", **on)
+        wte, twin = self.parameters()[0], self._precision.twins[0]  # _trunk's first: wte
+        out[HEAD] = cast(wte, low, **on) if twin is None else twin
+        return out
 
     def _tokens(self, e: str, tokens) -> np.ndarray:
         tok = _indices(e, "tokens", tokens, self.vocab_size)
@@ -362,7 +384,11 @@ class _Eager:
         return matmul(a, b, **self.on)
 
     def gelu(self, x, approximate):
-        return gelu(x, approximate, **self.on)
+        low = checks.cast_type_of(x)
+        if low == "float32":
+            return gelu(x, approximate, **self.on)
+        # the tape's gelu on a low-precision value: the float32 gelu widened, rounded once
+        return cast(gelu(cast(x, "float32", **self.on), approximate, **self.on), low, **self.on)
 
     def linear(self, x, weight):
         return linear(x, weight, **self.on)
@@ -441,7 +467,7 @@ def _trunk(o, model: GPT, params, tok: np.ndarray, gen: Generator | None, x=None
         return o.transpose(o.reshape(t, B, T, nh, hs), 1, 2)
 
     wte, wpe = take(), take()
-    x = input_rows(o, tok, w.wide(wte), w.wide(wpe)) if x is None else x
+    x = input_rows(o, tok, w.stored(wte), w.stored(wpe)) if x is None else x
     for layer in range(model.n_layer):
         ln1w, ln1b = take(), take(model.bias)
         attn_w, attn_b = take(), take(model.bias)
@@ -450,12 +476,13 @@ def _trunk(o, model: GPT, params, tok: np.ndarray, gen: Generator | None, x=None
         fc_w, fc_b = take(), take(model.bias)
         mproj_w, mproj_b = take(), take(model.bias)
         h = o.layer_norm(x, (C,), wide(ln1w), wide(ln1b), eps)
-        q, k, v = o.split(proj(h, attn_w, attn_b), C, 2)
+        # with master weights query, key and value are rounded (attention reads them so)
+        q, k, v = o.split(w.act(proj(h, attn_w, attn_b)), C, 2)
         y = attention(heads(q), heads(k), heads(v), layer)
         y = o.reshape(o.transpose(y, 1, 2), B, T, C)
         x = o.add(x, dropout(proj(y, aproj_w, aproj_b)))
         h = o.layer_norm(x, (C,), wide(ln2w), wide(ln2b), eps)
-        h = o.gelu(proj(h, fc_w, fc_b), "tanh")
+        h = o.gelu(w.act(proj(h, fc_w, fc_b)), "tanh")  # rounded with master weights
         x = o.add(x, dropout(proj(h, mproj_w, mproj_b)))
     lnfw, lnfb = take(), take(model.bias)
     x = o.layer_norm(x, (C,), wide(lnfw), wide(lnfb), eps)

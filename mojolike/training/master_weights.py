@@ -9,8 +9,14 @@ it, in place (torch's `Module.to` also changes the module and returns it):
 * the contractions (TinyLM's linears; the GPT's Conv1D matmuls and tied head) take the
   twins as they are and their activations cast to `dtype` (`tape.cast`), and give
   float32 results (contracts/mixed.md clause 9);
-* every other op (embeddings, norms, biases, TinyLM's head) takes the twin widened
-  exactly, so the whole forward reads the rounded weights;
+* the embeddings take the twins as they are (the rows taken are widened); every other
+  weight (norms, biases, TinyLM's head) is read widened exactly, so the whole forward
+  reads the rounded weights;
+* as torch's autocast does, the activation that the MLP's nonlinearity reads is rounded
+  to `dtype` first (TinyLM's relu, the GPT's gelu: each gives a result of `dtype`, read
+  by the next contraction as it is), and so are the GPT's query, key and value (its
+  attention takes them in `dtype`); the tape keeps these in `dtype` for the backward, so
+  a step keeps less activation memory (contracts/mixed.md clause 30);
 * a frozen parameter keeps its own float32 storage and has no twin: the other ops
   read it as it is, and a contraction rounds it at each forward (`tape.cast`).
 
@@ -20,9 +26,10 @@ writes each twin in the pass that updates its master. The gradients reach the fl
 masters (the tape's cast passes them on unchanged), so the tape's `backward` returns
 float32 gradients for `parameters()` as before.
 
-A GPT with master weights trains (`forward` on the tape) and gives `logits` and
-`token_losses` with the same casts; its `generate` is refused by name (the KV-cache
-decoder has no low-precision form yet), as is `mojolike train --precision` for it.
+A GPT with master weights trains (`forward` on the tape, `mojolike train --model gpt
+--precision`) and gives `logits`, `token_losses` and `generate` with the same casts
+(the KV-cache decoder reads the twins, and its cache holds keys and values of `dtype`:
+each log-prob is still `-token_losses` at its position, contracts/mixed.md clause 31).
 
 Reproducibility: a twin is `mojolike.cast(master, dtype)`, the contractions give the
 float32 op's bits on the widened operands, so a step's loss, gradients and masters are
@@ -44,6 +51,8 @@ the oracle's bits on every backend and thread count (contracts/mixed.md).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..core import checks
 from ..core.entry import entry_point
 from ..core.refusals import refuse
@@ -62,7 +71,8 @@ class Precision:
 
 class Weights:
     """What one forward on `tape` reads for each parameter: `wide(i)` for the ops that take
-    float32, `low(i)` for the contractions; `act(v)` casts an activation for them. Each
+    float32, `low(i)` for the contractions, `stored(i)` for the embeddings; `act(v)` casts
+    an activation for them. Each
     value is made on its first use (a parameter no op reads costs nothing)."""
 
     def __init__(self, tape, handles, precision: Precision | None):
@@ -85,8 +95,18 @@ class Weights:
             self._wide[i] = self._tape.cast(self.low(i), "float32")
         return self._wide[i]
 
+    def stored(self, i: int):
+        """What an embedding reads: the twin as it is, or the parameter without one."""
+        if self._p is None or self._p.twins[i] is None:
+            return self._handles[i]
+        return self.low(i)
+
     def act(self, v):
-        return v if self._p is None else self._tape.cast(v, self._p.dtype)
+        """A float32 activation cast to the low type; one already of it as it is."""
+        data = v if isinstance(v, np.ndarray) else v.data  # an eager array, or a Value
+        if self._p is None or checks.cast_type_of(data) != "float32":
+            return v
+        return self._tape.cast(v, self._p.dtype)
 
 
 def plain(tape, handles) -> Weights:

@@ -173,11 +173,13 @@ class TinyLM(MasterWeighted):
             if reduction != "mean":
                 refuse(e, "num_items", "is the divisor of reduction='mean'", value=num_items)
         handles = self.register(tape)
-        # embed, norm1, fc1 (w, b), fc2 (w, b), norm2, head: the contractions read w.low,
-        # the other ops w.wide (both the parameter itself without master weights)
+        # embed, norm1, fc1 (w, b), fc2 (w, b), norm2, head: the contractions read w.low, the
+        # embedding w.stored, the other ops w.wide (all the parameter itself without master
+        # weights); with them relu reads fc1's result rounded, and fc2 reads relu's as it is
         w = self._weights(tape, handles)
-        x = tape.embedding(tok.reshape(-1), w.wide(0))
-        h = tape.relu(tape.linear(w.act(tape.rms_norm(x, w.wide(1), self.eps)), w.low(2), w.low(3)))
+        x = tape.embedding(tok.reshape(-1), w.stored(0))
+        h = tape.linear(w.act(tape.rms_norm(x, w.wide(1), self.eps)), w.low(2), w.low(3))
+        h = tape.relu(w.act(h))
         m = tape.linear(w.act(h), w.low(4), w.low(5))
         if drop:
             m = tape.dropout(m, generator_for_dropout, self.dropout, offset=offset,

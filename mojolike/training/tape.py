@@ -29,7 +29,7 @@ from ..ops.layers import (
 )
 from ..ops.loss import cross_entropy
 from ..ops.rng import TWO64, Generator
-from .tape_base import Value, _Node, as_entry, binary
+from .tape_base import Handle, Value, _Node, as_entry, binary
 from .tape_math import MathOps
 from .tape_mixed import MixedOps, low_refusal
 from .tape_shapes import ShapeOps
@@ -204,12 +204,13 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
         e = entry
         if isinstance(ids, Value):
             refuse(e, "ids", "must be a plain integer array, not a Value: no gradient flows to ids")
-        w = self._own(e, "weight", weight)
+        w = self._own(e, "weight", weight, low=True)  # a low-precision table: rows widened
         with as_entry(e):
             y = embedding(ids, w.data, padding_idx, **self._on)
         if np.ndim(ids) < 1:
             refuse(e, "ids", "must have at least one dimension (the gradient has rows)", value=ids)
-        return self._push("embedding", y, [w], (np.array(ids, copy=True), padding_idx))
+        return self._push("embedding", y, [w], (np.array(ids, copy=True), padding_idx),
+                          reads_inputs=False)
 
     @entry_point()
     def rms_norm(self, x, weight=None, eps=None, *, entry, **unknown) -> Value:
@@ -225,12 +226,15 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
     @entry_point()
     def relu(self, x, *, entry, **unknown) -> Value:
         """`mojolike.relu(x)`; backward: +0.0 where relu(x) <= 0, else the upstream gradient
-        (torch's threshold_backward: a select, so a NaN input passes its gradient)."""
+        (torch's threshold_backward: a select, so a NaN input passes its gradient). A
+        bfloat16 / float16 x gives a result of its type (relu of a value is that value or
+        a zero: exact in any type). The node keeps the result, not x: relu(x) <= 0 exactly
+        where x <= 0 (NaN neither)."""
         e = entry
-        a = self._own(e, "x", x)
+        a = self._own(e, "x", x, low=True)
         with as_entry(e):
-            y = relu(a.data, **self._on)
-        return self._push("relu", y, [a], None)
+            y = self._narrowed(relu(self._wide(a), **self._on), a)
+        return self._push("relu", y, [a], y, reads_inputs=False)
 
     @entry_point()
     def dropout(self, x, generator, p, *, offset=0, stream=None, entry, **unknown) -> Value:
@@ -243,7 +247,7 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
             refuse(e, "generator", f"must be a mojolike.Generator, not {type(generator).__name__}")
         with as_entry(e):
             runner, y, key = self._dropout_draw(e, generator, a.data, p, offset, stream)
-        return self._push("dropout", y, [a], (runner, key))
+        return self._push("dropout", y, [a], (runner, key), reads_inputs=False)
 
     def _dropout_draw(self, e: str, generator: Generator, x, p, offset, stream):
         """(the generator that ran, y, key): the generator's own draw when it runs on the tape's
@@ -393,8 +397,8 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
 
     def _back_embedding(self, node, dy):
         ids, padding_idx = node.saved
-        w = node.inputs[0].data
-        return [(embedding_backward(dy, ids, w.shape[0], padding_idx, **self._on), True)]
+        rows = node.inputs[0].shape[0]
+        return [(embedding_backward(dy, ids, rows, padding_idx, **self._on), True)]
 
     def _back_rms_norm(self, node, dy):
         w = node.inputs[1].data if len(node.inputs) == 2 else None
@@ -402,8 +406,8 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
         return [(dx, True), (dw, True)]
 
     def _back_relu(self, node, dy):
-        return [(np.where(node.inputs[0].data <= 0, np.float32(0.0), dy).astype(np.float32,
-                                                                                 copy=False), True)]
+        return [(np.where(node.saved <= 0, np.float32(0.0), dy).astype(np.float32, copy=False),
+                 True)]
 
     def _back_dropout(self, node, dy):
         generator, key = node.saved
@@ -432,10 +436,13 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
             low_refusal(e, name, v)
         return v
 
-    def _push(self, op: str, data: np.ndarray, inputs: list[Value], saved) -> Value:
+    def _push(self, op: str, data: np.ndarray, inputs: list[Value], saved, *,
+              reads_inputs: bool = True) -> Value:
+        """The op's value; its node keeps `inputs`, or only their Handles when the backward
+        reads none of their data (`reads_inputs=False`)."""
         grad = any(v.requires_grad for v in inputs)
-        return self._register(Value(data, grad, self, self._next,
-                                    _Node(op, tuple(inputs), saved), "op"))
+        kept = tuple(inputs) if reads_inputs else tuple(Handle(v) for v in inputs)
+        return self._register(Value(data, grad, self, self._next, _Node(op, kept, saved), "op"))
 
 
 # -- module helpers ---------------------------------------------------------------------------

@@ -38,6 +38,18 @@ class _Node:
         self.op, self.inputs, self.saved, self.spent = op, inputs, saved, False
 
 
+class Handle:
+    """What a node keeps of an input whose data its backward never reads: the input's place
+    in the graph (index, node, requires_grad) and its shape, not its array, so the array is
+    freed as soon as nothing else holds it (`a + b` keeps neither operand's data alive)."""
+
+    __slots__ = ("_index", "_node", "requires_grad", "shape")
+
+    def __init__(self, v: Value):
+        self._index, self._node, self.requires_grad, self.shape = (
+            v._index, v._node, v.requires_grad, v.shape)
+
+
 class Value:
     """A value on a tape: `data` (a float32 array; a 0-d array for a scalar loss), `shape`,
     and `requires_grad` (a parameter, or computed from one). Made by `Tape.param`,

@@ -60,13 +60,14 @@ class MathOps:
     def add(self, a, b, *, entry, **unknown) -> Value:
         """a + b elementwise, broadcast (torch.add without alpha); a Python number is a constant."""
         u, v = self._operands(entry, a, b)
-        return self._push("add", binary(np.add, u.data, v.data), [u, v], None)
+        return self._push("add", binary(np.add, u.data, v.data), [u, v], None, reads_inputs=False)
 
     @entry_point()
     def sub(self, a, b, *, entry, **unknown) -> Value:
         """a - b elementwise, broadcast; gradients dy and -dy."""
         u, v = self._operands(entry, a, b)
-        return self._push("sub", binary(np.subtract, u.data, v.data), [u, v], None)
+        return self._push("sub", binary(np.subtract, u.data, v.data), [u, v], None,
+                          reads_inputs=False)
 
     @entry_point()
     def mul(self, a, b, *, entry, **unknown) -> Value:
@@ -148,7 +149,7 @@ class MathOps:
         """-x (exact); gradient -dy."""
         a = self._own(entry, "x", x)
         registry.check_fp_state(entry, self.numeric_mode)
-        return self._push("neg", unary(np.negative, a.data), [a], None)
+        return self._push("neg", unary(np.negative, a.data), [a], None, reads_inputs=False)
 
     def _back_neg(self, node, dy):
         return [(unary(np.negative, dy), True)]
@@ -159,7 +160,7 @@ class MathOps:
         a = self._own(entry, "x", x)
         with as_entry(entry):
             y = expf(a.data, **self._on)
-        return self._push("exp", y, [a], y)
+        return self._push("exp", y, [a], y, reads_inputs=False)
 
     def _back_exp(self, node, dy):
         return [(binary(np.multiply, dy, node.saved), True)]
@@ -182,7 +183,7 @@ class MathOps:
         a = self._own(entry, "x", x)
         with as_entry(entry):
             y = tanhf(a.data, **self._on)
-        return self._push("tanh", y, [a], y)
+        return self._push("tanh", y, [a], y, reads_inputs=False)
 
     def _back_tanh(self, node, dy):
         y = node.saved
@@ -219,7 +220,7 @@ class MathOps:
             else:
                 y = (tops.sum if op == "sum" else tops.mean)(a.data, dims, keep, **self._on)
         kept = tuple(1 if d in dims else a.shape[d] for d in range(a.data.ndim))
-        return self._push(op, y, [a], (kept, n))
+        return self._push(op, y, [a], (kept, n), reads_inputs=False)
 
     def _back_sum(self, node, dy):
         kept, _ = node.saved

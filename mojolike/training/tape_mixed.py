@@ -9,11 +9,13 @@ already computed: the low-precision copy of a float32 master weight, kept equal 
 `cast(master, dtype)` by whatever updates the master, which the forward then reads
 without a pass over the master.
 
-Low-precision values are taken by the tape's contractions, `linear` and `matmul` (all
-operands one low type; the result is float32, the float32 op on the widened operands,
-contracts/mixed.md clause 9), which keep them in their own precision for the backward
-and widen them there, exactly, when the backward runs; every other op refuses them by
-name, and `tape.cast(v, "float32")` widens one.
+Low-precision values are taken by the tape's contractions, `linear`, `matmul` and
+`scaled_dot_product_attention` (all operands one low type; the result is float32, the
+float32 op on the widened operands, contracts/mixed.md clauses 9 and 29), by `embedding`
+(a low-precision table), `layer_norm` (a float32 result) and `gelu` and `relu` (a result
+of the input's type: the float32 op rounded once), all of which keep them in their own
+precision for the backward and widen them there, exactly (clause 30); every other op
+refuses them by name, and `tape.cast(v, "float32")` widens one.
 
 Reproducibility: a cast rounds each element on its own (clause 8) and the contractions
 give the float32 op's bits on every backend, so a low-precision tape's values and
@@ -69,7 +71,7 @@ class MixedOps:
             if np.may_share_memory(t, v.data):
                 refuse(e, "twin", "shares memory with x")
             data = twin
-        return self._push("cast", data, [v], None)
+        return self._push("cast", data, [v], None, reads_inputs=False)
 
     def _back_cast(self, node, dy):
         return [(dy, False)]  # passed on as it is: shared, so a later contribution copies
@@ -80,10 +82,17 @@ class MixedOps:
             return v.data
         return cast(v.data, "float32", **self._on)
 
+    def _narrowed(self, y: np.ndarray, like: Value) -> np.ndarray:
+        """A float32 result rounded once to `like`'s type (itself when that is float32)."""
+        if like.data.dtype == np.float32:
+            return y
+        return cast(y, checks.cast_type_of(like.data), **self._on)
+
 
 def low_refusal(e: str, name: str, v: Value) -> None:
     """Refuse a low-precision value where an op takes float32 only."""
     if v.data.dtype != np.float32:
         refuse(e, name, f"is a {checks.cast_type_of(v.data)} value; this op takes float32 values "
-                        f"(widen it with tape.cast(x, 'float32'); linear and matmul take "
-                        f"low-precision values as they are)")
+                        f"(widen it with tape.cast(x, 'float32'); linear, matmul, attention, "
+                        f"embedding, layer_norm, gelu and relu take low-precision values as "
+                        f"they are)")

@@ -13,6 +13,10 @@ Indexing takes integers (negative ones from the end), slices with a positive ste
 (advanced indexing) are refused by name. An op whose result would be empty is
 refused: empty values are not covered.
 
+Every op but cat and detach also moves a bfloat16 or float16 value, keeping its type
+(contracts/mixed.md clause 30); none keeps its input's array for the backward, only its
+shape.
+
 Reproducibility: no op here rounds, so values and gradients are the oracle's bits
 on every backend; the fan-in of a value read by several parts is contracts/train.md
 clause 3.
@@ -58,7 +62,7 @@ class ShapeOps:
         return self._reshape(entry, "view", x, shape)
 
     def _reshape(self, e: str, op: str, x, shape) -> Value:
-        a = self._own(e, "x", x)
+        a = self._own(e, "x", x, low=True)
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         dims = [checks.integer(e, "shape", n, low=-1, what="a size >= 0, or -1 once")
@@ -72,7 +76,7 @@ class ShapeOps:
         if math.prod(dims) != a.data.size or -1 in dims:
             refuse(e, "shape", f"{tuple(shape)} is invalid for a value of {a.data.size} elements "
                                f"(shape {a.shape})")
-        return self._push(op, a.data.reshape(tuple(dims)), [a], None)
+        return self._push(op, a.data.reshape(tuple(dims)), [a], None, reads_inputs=False)
 
     def _back_reshape(self, node, dy):
         return [(dy.reshape(node.inputs[0].shape), False)]  # a view of dy: shared
@@ -83,7 +87,7 @@ class ShapeOps:
     @entry_point()
     def transpose(self, x, dim0, dim1, *, entry, **unknown) -> Value:
         """torch's transpose: dimensions dim0 and dim1 swapped (an exact copy)."""
-        a = self._own(entry, "x", x)
+        a = self._own(entry, "x", x, low=True)
         d0, d1 = (self._axis(entry, n, d, a.data.ndim) for n, d in (("dim0", dim0), ("dim1", dim1)))
         perm = list(range(a.data.ndim))
         perm[d0], perm[d1] = perm[d1], perm[d0]
@@ -92,7 +96,7 @@ class ShapeOps:
     @entry_point()
     def permute(self, x, *dims, entry, **unknown) -> Value:
         """torch's permute: output dimension i is input dimension dims[i] (an exact copy)."""
-        a = self._own(entry, "x", x)
+        a = self._own(entry, "x", x, low=True)
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         perm = tuple(self._axis(entry, "dims", d, a.data.ndim) for d in dims)
@@ -105,7 +109,7 @@ class ShapeOps:
     def T(self, x, *, entry, **unknown) -> Value:
         """x.T of a 2-D value; other ranks are refused (torch deprecates .T on them: use
         permute, or mT for the last two dimensions)."""
-        a = self._own(entry, "x", x)
+        a = self._own(entry, "x", x, low=True)
         if a.data.ndim != 2:
             refuse(entry, "x", f"has shape {a.shape}; .T is for 2-D values (torch deprecates it "
                                f"otherwise): use .mT or permute")
@@ -114,7 +118,7 @@ class ShapeOps:
     @entry_point()
     def mT(self, x, *, entry, **unknown) -> Value:
         """x.mT: the last two dimensions swapped (at least 2-D)."""
-        a = self._own(entry, "x", x)
+        a = self._own(entry, "x", x, low=True)
         n = a.data.ndim
         if n < 2:
             refuse(entry, "x", f"has shape {a.shape}; .mT needs at least 2 dimensions")
@@ -128,7 +132,7 @@ class ShapeOps:
 
     def _permuted(self, e: str, op: str, a: Value, perm: tuple[int, ...]) -> Value:
         y = np.ascontiguousarray(np.transpose(a.data, perm))
-        return self._push(op, y, [a], perm)
+        return self._push(op, y, [a], perm, reads_inputs=False)
 
     def _back_permute(self, node, dy):
         inverse = tuple(np.argsort(node.saved).tolist())
@@ -141,7 +145,7 @@ class ShapeOps:
     def getitem(self, x, key, *, entry, **unknown) -> Value:
         """x[key] with torch's basic indexing: integers, slices with a positive step, `...`,
         None (an exact copy); backward scatters into +0.0 zeros of x's shape."""
-        a = self._own(entry, "x", x)
+        a = self._own(entry, "x", x, low=True)
         items = key if isinstance(key, tuple) else (key,)
         norm = []
         for it in items:
@@ -164,7 +168,7 @@ class ShapeOps:
     def narrow(self, x, dim, start, length, *, entry, **unknown) -> Value:
         """torch.narrow: elements start .. start + length - 1 along dim (start may be negative,
         from the end)."""
-        a = self._own(entry, "x", x)
+        a = self._own(entry, "x", x, low=True)
         d = self._axis(entry, "dim", dim, a.data.ndim)
         n = a.shape[d]
         s = checks.integer(entry, "start", start, low=-n, high=n,
@@ -194,11 +198,11 @@ class ShapeOps:
             y = a.data[key]
         except IndexError as err:
             refuse(e, "key", f"does not index a value of shape {a.shape}: {err}", value=shown)
-        y = np.array(y, np.float32, copy=True, order="C")
+        y = np.array(y, a.data.dtype, copy=True, order="C")
         if y.size == 0:
             refuse(e, "key", f"selects no element of the value of shape {a.shape}; empty values "
                              f"are not covered", value=shown)
-        return self._push(op, y, [a], key)
+        return self._push(op, y, [a], key, reads_inputs=False)
 
     def _back_getitem(self, node, dy):
         z = np.zeros(node.inputs[0].shape, np.float32)
@@ -222,7 +226,8 @@ class ShapeOps:
                 refuse(entry, f"tensors[{i}]", f"has shape {v.shape} but tensors[0] has {first}; "
                                                f"they must match except along dim {d}")
         y = np.concatenate([v.data for v in ins], axis=d)
-        return self._push("cat", y, ins, (d, np.cumsum([v.shape[d] for v in ins])[:-1].tolist()))
+        return self._push("cat", y, ins, (d, np.cumsum([v.shape[d] for v in ins])[:-1].tolist()),
+                          reads_inputs=False)
 
     def _back_cat(self, node, dy):
         d, cuts = node.saved
@@ -233,7 +238,7 @@ class ShapeOps:
         """torch.split: parts of split_size_or_sections along dim (an int: that size, the last
         part smaller; a list: those sizes, summing to the dimension). One node: the backward
         concatenates the parts' gradients, +0.0 for a part the loss does not reach."""
-        a = self._own(entry, "x", x)
+        a = self._own(entry, "x", x, low=True)
         d = self._axis(entry, "dim", dim, a.data.ndim)
         n = a.shape[d]
         s = split_size_or_sections
@@ -247,13 +252,14 @@ class ShapeOps:
                                what="a positive part size, or a list of sizes")
             sizes = [k] * (n // k) + ([n % k] if n % k else [])
         # the hub: one node whose gradient is the parts' gradients, joined once all are in
-        hub = self._push("split", a.data, [a], (d, sizes))
+        hub = self._push("split", a.data, [a], (d, sizes), reads_inputs=False)
         parts, at = [], 0
         for i, m in enumerate(sizes):
             key = (slice(None),) * d + (slice(at, at + m),)
             at += m
-            parts.append(self._push("split_part", np.array(a.data[key], np.float32, copy=True,
-                                                            order="C"), [hub], i))
+            parts.append(self._push("split_part", np.array(a.data[key], a.data.dtype, copy=True,
+                                                            order="C"), [hub], i,
+                                    reads_inputs=False))
         return tuple(parts)
 
     def _back_split_part(self, node, dy):

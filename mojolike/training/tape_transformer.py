@@ -21,12 +21,15 @@ gives the oracle's bits on every backend and thread count.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..ops import attention as attn
 from ..ops import transformer as tops
+from ..ops.mixed import widened
 from .tape_base import Value, as_entry
 
 
@@ -47,7 +50,7 @@ class TransformerOps:
         a = self._own(e, "x", x)
         with as_entry(e):
             y = fn(a.data, dim, **self._on)
-        return self._push(op, y, [a], (dim, y))
+        return self._push(op, y, [a], (dim, y), reads_inputs=False)
 
     def _back_softmax(self, node, dy):
         dim, y = node.saved
@@ -61,21 +64,23 @@ class TransformerOps:
     def layer_norm(self, x, normalized_shape, weight=None, bias=None, eps=tops.EPS_DEFAULT, *,
                    entry, **unknown) -> Value:
         """`mojolike.layer_norm(x, normalized_shape, weight, bias, eps)`; backward
-        `mojolike.layer_norm_backward` (dx, dweight, dbias, in argument order)."""
+        `mojolike.layer_norm_backward` (dx, dweight, dbias, in argument order). A bfloat16 /
+        float16 x is normalized widened (a float32 result, as torch's autocast gives) and
+        kept as it is; weight and bias are float32."""
         e = entry
-        ins = [self._own(e, "x", x)]
+        ins = [self._own(e, "x", x, low=True)]  # kept in its own precision for the backward
         w = None if weight is None else self._own(e, "weight", weight)
         b = None if bias is None else self._own(e, "bias", bias)
         ins += [v for v in (w, b) if v is not None]
         with as_entry(e):
-            y = tops.layer_norm(ins[0].data, normalized_shape, None if w is None else w.data,
+            y = tops.layer_norm(self._wide(ins[0]), normalized_shape, None if w is None else w.data,
                                 None if b is None else b.data, eps, **self._on)
         return self._push("layer_norm", y, ins, (normalized_shape, w is not None,
                                                  b is not None, eps))
 
     def _back_layer_norm(self, node, dy):
         shape, has_w, has_b, eps = node.saved
-        x = node.inputs[0].data
+        x = self._wide(node.inputs[0])
         w = node.inputs[1].data if has_w else None
         b = node.inputs[-1].data if has_b else None
         dx, dw, db = tops.layer_norm_backward(_c(dy), x, shape, w, b, eps, **self._on)
@@ -83,14 +88,17 @@ class TransformerOps:
 
     @entry_point()
     def gelu(self, x, approximate="none", *, entry, **unknown) -> Value:
-        """`mojolike.gelu(x, approximate)`; backward `mojolike.gelu_backward(dy, x, approximate)`."""
-        a = self._own(entry, "x", x)
+        """`mojolike.gelu(x, approximate)`; backward `mojolike.gelu_backward(dy, x, approximate)`.
+        A bfloat16 / float16 x gives the float32 gelu of x widened, rounded once to x's type
+        (torch's autocast runs gelu in the input's type), and is kept as it is."""
+        a = self._own(entry, "x", x, low=True)
         with as_entry(entry):
-            y = tops.gelu(a.data, approximate, **self._on)
+            y = self._narrowed(tops.gelu(self._wide(a), approximate, **self._on), a)
         return self._push("gelu", y, [a], approximate)
 
     def _back_gelu(self, node, dy):
-        return [(tops.gelu_backward(_c(dy), node.inputs[0].data, node.saved, **self._on), True)]
+        x = self._wide(node.inputs[0])
+        return [(tops.gelu_backward(_c(dy), x, node.saved, **self._on), True)]
 
     @entry_point()
     def matmul(self, a, b, *, entry, **unknown) -> Value:
@@ -114,9 +122,12 @@ class TransformerOps:
         (B, H, S, E), (B, H, S, Ev). attn_mask: a plain bool or float32 array, or a Value no
         gradient reaches (none flows to a mask). With dropout_p > 0 the generator's next
         stream (or `stream=`) is taken once every argument is accepted; the backward is
-        `ops.attention.backward` from the forward's output and row statistics."""
+        `ops.attention.backward` from the forward's output and row statistics. Query, key
+        and value of one low type (bfloat16 / float16) give the float32 op on them widened
+        (a float32 result) and are kept as they are, widened again for the backward."""
         e = entry
-        q, k, v = (self._own(e, n, t) for n, t in (("query", query), ("key", key), ("value", value)))
+        q, k, v = (self._own(e, n, t, low=True)
+                   for n, t in (("query", query), ("key", key), ("value", value)))
         mask = attn_mask
         if isinstance(attn_mask, Value):
             m = self._own(e, "attn_mask", attn_mask)
@@ -125,15 +136,22 @@ class TransformerOps:
                                        "(contracts/transformer.md clause 15): detach it")
             mask = m.data
         with as_entry(e):
-            call, gen, st = attn.check_call(e, q.data, k.data, v.data, mask, dropout_p,
+            wq, wk, wv = widened(e, (("query", q.data), ("key", k.data), ("value", v.data)),
+                                 self.backend, self.numeric_mode)
+            call, gen, st = attn.check_call(e, wq, wk, wv, mask, dropout_p,
                                             is_causal, scale, enable_gqa, generator, stream,
                                             backward=False)
             call = attn.take_stream(call, gen, st)
             o, stats, kset = attn.forward(e, call, self.backend, self.numeric_mode)
+        if wq is not q.data:  # the widened scratch is not kept: the backward widens again
+            call = dataclasses.replace(call, q=None, k=None, v=None)
         return self._push("scaled_dot_product_attention", o, [q, k, v], (call, o, stats, kset))
 
     def _back_scaled_dot_product_attention(self, node, dy):
         call, o, stats, kset = node.saved
+        if call.q is None:
+            q, k, v = (self._wide(t) for t in node.inputs)
+            call = dataclasses.replace(call, q=q, k=k, v=v)
         dq, dk, dv = attn.backward("mojolike.Tape.backward", call, _c(dy), o, stats, kset)
         return [(dq, True), (dk, True), (dv, True)]
 

@@ -116,7 +116,7 @@ class TinyTrain:
         at = (None, *handles)
         w = m._weights(tape, at)
         h = w.act(tape.rms_norm(x, w.wide(1), m.eps))
-        y = tape.linear(w.act(tape.relu(tape.linear(h, w.low(2), w.low(3)))), w.low(4), w.low(5))
+        y = tape.linear(tape.relu(w.act(tape.linear(h, w.low(2), w.low(3)))), w.low(4), w.low(5))
         if drop is not None and m.dropout > 0.0:
             gen, stream, first_row = drop
             y = tape.dropout(y, gen, m.dropout, offset=first_row * c.seq_len * c.d_model,
@@ -156,7 +156,7 @@ class GPTTrain:
     overflow_cell = "transformer.h.0.mlp.c_proj.weight"
 
     def twins(self) -> dict:
-        return named_twins(self.model)  # empty: TrainConfig takes fp32 only for the GPT
+        return named_twins(self.model)
 
     def __init__(self, c, on, entry: str = ""):
         self.c, self.on = c, on
@@ -169,6 +169,8 @@ class GPTTrain:
         if on is not None:
             self.model = GPT(c.vocab, c.seq_len, c.n_layer, c.n_head, c.n_embd, c.dropout,
                              True, seed=c.seed, **on)
+            if c.precision != "fp32":
+                with_master_weights(self.model, PRECISIONS[c.precision])
             self._eager = _Eager(entry, on["backend"], on["numeric_mode"])
 
     def describe(self) -> str:
@@ -210,8 +212,10 @@ class GPTTrain:
                    f"the environment variable {invariants.MEMORY_ENV} (bytes)")
 
     def rows(self, tok: np.ndarray) -> np.ndarray:
-        p = dict(self.model.named_parameters())
-        return input_rows(self._eager, tok, p[WTE], p[WPE])
+        # with master weights the twins' rows, widened (as GPT.forward's embeddings read them)
+        p, twins = dict(self.model.named_parameters()), self.twins()
+        table = {k: p[k] if twins.get(k) is None else twins[k] for k in (WTE, WPE)}
+        return input_rows(self._eager, tok, table[WTE], table[WPE])
 
     def loss(self, tape, handles, x, tgt, count, drop):
         params = [handles[0], None, *handles[1:]]
