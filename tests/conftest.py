@@ -40,43 +40,16 @@ def backend_case_params(backends, small, big):
     return out
 
 
-# The modules whose work runs beside the others: in one process conftest starts it in the
-# background at collection; under pytest-xdist each runs in the worker that takes the module.
-BACKGROUND_MODULES = ("test_cards.py", "test_vectorized.py")
-
-
-def _xdist(config) -> bool:
-    """True in an xdist worker, and in the controller of a run with workers."""
-    return hasattr(config, "workerinput") or bool(getattr(config.option, "numprocesses", None))
-
-
-def pytest_configure(config):
-    if _xdist(config) and not hasattr(config, "workerinput"):
-        # Whole modules per worker: their module-scoped fixtures (test_cards' run of every
-        # suite, test_vectorized's compilations) would run once per worker otherwise.
-        if config.option.dist == "load":
-            config.option.dist = "loadfile"
-        config.option.loadscopereorder = False  # files go out in the workers' order (below)
-
-
 def pytest_collection_modifyitems(session, config, items):
-    """In one process, tests/test_cards.py's tests run last: by then the background run of
-    every suite that pytest_collection_finish starts (test_cards.start_all_runs) has had the
-    session to finish. Under pytest-xdist (--dist loadfile) the longest modules go first, so
-    the worker that takes one is not the last to finish."""
-    if _xdist(config):
-        items.sort(key=lambda item: item.path.name not in BACKGROUND_MODULES)  # stable
-    else:
-        items.sort(key=lambda item: item.path.name == "test_cards.py")  # stable: the rest keep order
+    """tests/test_cards.py's tests run last: by then the background run of every suite that
+    pytest_collection_finish starts (test_cards.start_all_runs) has had the session to finish."""
+    items.sort(key=lambda item: item.path.name == "test_cards.py")  # stable: the rest keep order
 
 
 def pytest_collection_finish(session):
     """Start tests/test_vectorized.py's per-target compilations as soon as collection selects
     them: they run at low priority beside the tests before that module (tests in one
-    process leave one of two cores mostly idle) instead of after them. Under pytest-xdist
-    the workers keep the cores busy, and each module runs its own work."""
-    if _xdist(session.config):
-        return
+    process leave one of two cores mostly idle) instead of after them."""
     wanted = [item.callspec.params["target"] for item in session.items
               if item.path.name == "test_vectorized.py" and hasattr(item, "callspec")
               and "target" in item.callspec.params]
