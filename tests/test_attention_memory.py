@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-L = S = 4096  # one L x S float32 matrix: 64 MiB
+L = S = 2048  # one L x S float32 matrix: 16 MiB
 E = 8
 
 SCRIPT = r"""
