@@ -34,16 +34,25 @@ def _assert_twins_are_the_rounded_masters(model, precision: str) -> None:
 
 
 # the oracle's run is the slow one: bf16 on it, fp16 on the kernel backends
-@pytest.mark.parametrize("precision, backends", [("bf16", ("oracle", "cpu-numba", "cpu-cffi")),
-                                                 ("fp16", ("cpu-numba", "cpu-cffi"))])
-def test_a_low_precision_run_has_one_digest_on_every_cpu_backend_and_thread_count(precision,
-                                                                                   backends):
-    c = small(precision=precision)
+BACKENDS_BY_PRECISION = [("bf16", ("oracle", "cpu-numba", "cpu-cffi")),
+                         ("fp16", ("cpu-numba", "cpu-cffi"))]
+
+
+def _runs(c: TrainConfig, backends) -> tuple[dict, Trainer]:
+    """{backend: digest} of c's run on each backend, and the last backend's trainer."""
     digests = {}
     for backend in backends:
         t = Trainer(c, backend=backend)
         t.run()
         digests[backend] = t.digest()
+    return digests, t
+
+
+@pytest.mark.parametrize("precision, backends", BACKENDS_BY_PRECISION)
+def test_a_low_precision_run_has_one_digest_on_every_cpu_backend_and_thread_count(precision,
+                                                                                   backends):
+    c = small(precision=precision)
+    digests, _ = _runs(c, backends)
     numba.set_num_threads(1)
     try:
         t = Trainer(c, backend="cpu-numba")
@@ -96,15 +105,9 @@ def test_a_precision_outside_the_contract_is_refused_by_name(kw):
     assert info.value.option == "precision"
 
 
-@pytest.mark.parametrize("precision, backends", [("bf16", ("oracle", "cpu-numba", "cpu-cffi")),
-                                                 ("fp16", ("cpu-numba", "cpu-cffi"))])
+@pytest.mark.parametrize("precision, backends", BACKENDS_BY_PRECISION)
 def test_a_low_precision_gpt_run_has_one_digest_on_every_cpu_backend(precision, backends):
-    c = gpt_small(precision=precision)
-    digests = {}
-    for backend in backends:
-        t = Trainer(c, backend=backend)
-        t.run()
-        digests[backend] = t.digest()
+    digests, t = _runs(gpt_small(precision=precision), backends)
     assert len(set(digests.values())) == 1, digests
     _assert_twins_are_the_rounded_masters(t.model, precision)
     fp32 = Trainer(gpt_small(), backend="cpu-numba")
