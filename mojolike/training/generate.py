@@ -54,11 +54,11 @@ from ..ops.loss import cross_entropy
 from ..ops.mixed import cast
 from ..ops.rng import TWO64, Generator
 from ..ops.transformer import array, gelu, layer_norm, matmul, softmax
-from . import gpt  # the model's one list of its parameters
+from . import gpt  # the model's one list of its parameters, and its eager gelu
 
 _F32 = np.float32
 _NEG_INF = np.float32(-np.inf)
-HEAD = "lm_head.weight"  # the tied head's weight when it is read apart from wte (GPT._decoder_weights)
+HEAD = "lm_head.weight"  # the tied head's weight read apart from wte (GPT._decoder_weights)
 
 
 # -- the configuration and the weights ----------------------------------------------------------
@@ -195,15 +195,6 @@ def _acts(low: str | None, on):
     if low is None:
         return lambda a: a
     return lambda a: cast(a, low, **on) if a.dtype == _F32 else a
-
-
-def _gelu(x: np.ndarray, on) -> np.ndarray:
-    """gelu (tanh); on a low-precision x the float32 gelu of x widened, rounded once to x's
-    type (the tape's gelu)."""
-    if x.dtype == _F32:
-        return gelu(x, approximate="tanh", **on)
-    low = checks.cast_type_of(x)
-    return cast(gelu(cast(x, "float32", **on), approximate="tanh", **on), low, **on)
 
 
 def _mlp(x, w: dict, p: str, d: Dims, on) -> np.ndarray:
@@ -353,8 +344,13 @@ def transposed(w: dict) -> dict:
     """The weights with each Conv1D weight (in, out) replaced by its transpose (out, in), an
     exact copy: linear(x, w.T) cell n is fold over k of x[k] * w[k, n], matmul(x, w)'s cell
     bit for bit, without matmul's transposing the weight on every call."""
-    return {n: (np.ascontiguousarray(a.T) if a is not None and a.ndim == 2 and ".h." in n else a)
+    return {n: (np.ascontiguousarray(a.T) if a is not None and conv1d_weight(n, a) else a)
             for n, a in w.items()}
+
+
+def conv1d_weight(name: str, a: np.ndarray) -> bool:
+    """Whether parameter `name` is a block's Conv1D weight (in, out): 2-D, inside a block."""
+    return a.ndim == 2 and ".h." in name
 
 
 def _conv1d_t(x, wt, b, on) -> np.ndarray:
@@ -387,8 +383,8 @@ def _step(w: dict, d: Dims, cache: KVCache, segs: list[np.ndarray], all_logits: 
         x = _add(x, _conv1d_t(act(y), w[pre + "attn.c_proj.weight"], w[pre + "attn.c_proj.bias"],
                               on))
         h = _ln(x, w, pre + "ln_2", d, on)
-        h = _gelu(act(_conv1d_t(act(h), w[pre + "mlp.c_fc.weight"], w[pre + "mlp.c_fc.bias"], on)),
-                  on)
+        h = _conv1d_t(act(h), w[pre + "mlp.c_fc.weight"], w[pre + "mlp.c_fc.bias"], on)
+        h = gpt.low_gelu(act(h), "tanh", on)
         x = _add(x, _conv1d_t(act(h), w[pre + "mlp.c_proj.weight"], w[pre + "mlp.c_proj.bias"],
                               on))
     if not all_logits:

@@ -331,12 +331,11 @@ class GPT(MasterWeighted):
         and the tied head (`generate.HEAD`) of the low type (the twin, or a frozen master
         rounded), the embeddings the twins as they are (a frozen one its master), the other
         parameters the twins widened (a frozen one its master)."""
-        from .generate import HEAD
+        from .generate import HEAD, conv1d_weight
         low = self.precision
         out = {}
         for (name, p), t in zip(self.named_parameters(), self._precision.twins):
-            contraction = p.ndim == 2 and ".h." in name
-            if contraction:
+            if conv1d_weight(name, p):
                 out[name] = cast(p, low, **on) if t is None else t
             elif name in ("transformer.wte.weight", "transformer.wpe.weight"):
                 out[name] = p if t is None else t
@@ -384,11 +383,7 @@ class _Eager:
         return matmul(a, b, **self.on)
 
     def gelu(self, x, approximate):
-        low = checks.cast_type_of(x)
-        if low == "float32":
-            return gelu(x, approximate, **self.on)
-        # the tape's gelu on a low-precision value: the float32 gelu widened, rounded once
-        return cast(gelu(cast(x, "float32", **self.on), approximate, **self.on), low, **self.on)
+        return low_gelu(x, approximate, self.on)
 
     def linear(self, x, weight):
         return linear(x, weight, **self.on)
@@ -404,6 +399,15 @@ class _Eager:
 
     def transpose(self, x, d0, d1):
         return np.ascontiguousarray(np.swapaxes(x, d0, d1))
+
+
+def low_gelu(x: np.ndarray, approximate: str, on: dict) -> np.ndarray:
+    """gelu of an array; of a bfloat16 / float16 one the float32 gelu of it widened, rounded
+    once to its type (the tape's gelu on such a value): the eager forward's and the decoder's."""
+    low = checks.cast_type_of(x)
+    if low == "float32":
+        return gelu(x, approximate, **on)
+    return cast(gelu(cast(x, "float32", **on), approximate, **on), low, **on)
 
 
 def input_rows(o, tok: np.ndarray, wte, wpe):

@@ -72,8 +72,8 @@ class Precision:
 class Weights:
     """What one forward on `tape` reads for each parameter: `wide(i)` for the ops that take
     float32, `low(i)` for the contractions, `stored(i)` for the embeddings; `act(v)` casts
-    an activation for them. Each
-    value is made on its first use (a parameter no op reads costs nothing)."""
+    an activation for them. Each value is made on its first use (a parameter no op reads
+    costs nothing)."""
 
     def __init__(self, tape, handles, precision: Precision | None):
         self._tape, self._handles, self._p = tape, handles, precision
