@@ -5,7 +5,7 @@
 # benchmark. Each phase runs under a time limit taken from one budget (420 s), so a hung phase
 # cannot eat the device time, and the summary is written whatever fails.
 # Through the device tool, one call:
-#   run(command="bash benchmarks/gpu_check.sh", timeout_s=540)
+#   run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=540)
 # $OUT (default ./gpu-out) gets four files:
 #   summary.txt     versions found, nvidia-smi, each phase's exit code and seconds, each suite's card
 #   log.txt         every phase's output
@@ -121,6 +121,19 @@ finish() {
 }
 trap finish EXIT
 trap 'exit 143' TERM INT
+
+# a numba-cuda older than pyproject's floor (0.30), or none: a carried wheel goes first on the path
+# (the device tool carries .whl/, ignored by git: pip download --no-deps numba-cuda==0.30.4 for
+# cp312 manylinux_2_28_x86_64); with no wheel there the run goes on with what the machine has
+WHEELS=${MOJOLIKE_GPU_WHEELS:-.whl}
+if compgen -G "$WHEELS/numba_cuda-*.whl" > /dev/null \
+    && ! "$PY" -c "import sys; from importlib.metadata import version as v
+sys.exit(tuple(int(p) for p in v('numba-cuda').split('.')[:2]) < (0, 30))" 2> /dev/null; then
+    phase wheels 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" \
+        "$WHEELS"/numba_cuda-*.whl \
+        && export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}
+    keep "$WORK/log-wheels"
+fi
 
 # install: pip from this checkout only (editable, no index, no deps), else the tree on PYTHONPATH
 HOW=""
