@@ -122,15 +122,15 @@ finish() {
 trap finish EXIT
 trap 'exit 143' TERM INT
 
-# a numba-cuda older than pyproject's floor (0.30), or none: a carried wheel goes first on the path
-# (the device tool carries .whl/, ignored by git: pip download --no-deps numba-cuda==0.30.4 for
-# cp312 manylinux_2_28_x86_64); with no wheel there the run goes on with what the machine has
+# carried wheels (.whl/, ignored by git, named in the device tool's carry) go first on the path:
+# the GPU machine's numpy 2.5 lacks np.row_stack, which numba-cuda 0.30.4 registers at import, so
+# carry numpy 2.4.6 and ml-dtypes 0.7.0 (pyproject's range) for cp312 manylinux_2_28_x86_64
+# (python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 ...); with none
+# there the run goes on with what the machine has
 WHEELS=${MOJOLIKE_GPU_WHEELS:-.whl}
-if compgen -G "$WHEELS/numba_cuda-*.whl" > /dev/null \
-    && ! "$PY" -c "import sys; from importlib.metadata import version as v
-sys.exit(tuple(int(p) for p in v('numba-cuda').split('.')[:2]) < (0, 30))" 2> /dev/null; then
+if compgen -G "$WHEELS/*.whl" > /dev/null; then
     phase wheels 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" \
-        "$WHEELS"/numba_cuda-*.whl \
+        "$WHEELS"/*.whl \
         && export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}
     keep "$WORK/log-wheels"
 fi
