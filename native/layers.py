@@ -12,8 +12,9 @@ group of six rows of b in L1 (the layout of native/c/layers.c); threads claim wh
 neither the thread count nor the other rows reach a cell's arithmetic.
 
 `col_fold(a, b)` folds each column over the rows (lane = row mod 32 within a
-chunk of 1024 rows), 16 columns per vector; `segment_fold` does the same over a
-list of rows per segment (the embedding gradient). `rms_norm` and
+chunk of 1024 rows), in tasks of a chunk by a block of columns (native/col_fold.py);
+`segment_fold` does the same over a list of rows per segment (the embedding
+gradient), 16 columns per vector. `rms_norm` and
 `rms_norm_backward` are oracles/layers.py's rounding order, a row per task. Each
 kernel runs on the calling thread below native/threads.PARALLEL_MIN elements of work,
 counted as native/c/layers.c counts them (the GEMM's multiply-adds over 32).
@@ -38,6 +39,7 @@ from numba import boolean, float32, int64, njit, prange, types, void
 from numba.core.extending import intrinsic
 
 from .base import NumbaBase
+from .col_fold import col_fold as _col_fold
 from .fold import NEG_ZERO
 from .simd import vadd, vbutterfly, vload, vmul, vsplat, vstore
 from .threads import Twin, num_threads
@@ -339,20 +341,6 @@ def _fold_rows_1(a, b, products, rows, count, ncols, j, lanes, parts, out):
             lanes[q & 31] = lanes[q & 31] + y
         parts[c] = _butterfly_at(lanes, 0)
     out[j] = _pairwise_at(parts, 0, nchunks)
-
-
-@njit(void(IN1, IN1, boolean, int64, int64, F1), parallel=True, **_STRICT)
-def _col_fold(a, b, products, m, ncols, out):
-    rows = np.arange(m)
-    nvec = ncols // VEC
-    nchunks = (m + 1023) // 1024
-    for g in prange(nvec + (ncols - nvec * VEC)):
-        acc = np.empty(32 * VEC, np.float32)
-        parts = np.empty(VEC * nchunks, np.float32)
-        if g < nvec:
-            _fold_rows_16(a, b, products, rows, m, ncols, g * VEC, acc, parts, out)
-        else:
-            _fold_rows_1(a, b, products, rows, m, ncols, nvec * VEC + g - nvec, acc, parts, out)
 
 
 @njit(void(IN1, I1, int64, int64, int64, float32[::1], F1), inline="always", **_STRICT)

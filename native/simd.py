@@ -18,6 +18,13 @@ Loads and stores take a C-contiguous 1-D float32 array and the index of the
 first element; they are unaligned and do not check bounds (the caller keeps
 index + WIDTH <= size).
 
+Element functions computed in binary64 (native/vexp.py's expf) use WIDTH-lane
+`VecD` (<16 x double>), `VecI` (<16 x i64>) and `Mask` (<16 x i1>) values:
+`vwiden`/`vnarrow` (fpext, exact / fptrunc, round to nearest even), the same
+`vadd`/`vsub`/`vmul` on binary64 lanes, integer `vadd`/`vsub`/`vand`/`vshl` on bit
+patterns (`vbits`/`vfrombits`), a table lookup `vgather`, compares (ordered,
+as scalar `<`, `>`, `>=`, `==`; `vne` unordered, as scalar `!=`) and `vselect`.
+
 >>> import numpy as np
 >>> from numba import njit
 >>> @njit
@@ -41,6 +48,9 @@ from numba.core.extending import intrinsic, models, overload, register_model
 WIDTH = 16  # lanes per vector: one zmm on AVX-512, two ymm on AVX2, four xmm on SSE2 and NEON
 _F32 = ir.FloatType()
 _VEC = ir.VectorType(_F32, WIDTH)
+_VECD = ir.VectorType(ir.DoubleType(), WIDTH)
+_VECI = ir.VectorType(ir.IntType(64), WIDTH)
+_MASK = ir.VectorType(ir.IntType(1), WIDTH)
 
 
 class Vec(types.Type):
@@ -50,13 +60,39 @@ class Vec(types.Type):
         super().__init__(name=f"Vec{WIDTH}f")
 
 
-vec = Vec()
+class VecD(types.Type):
+    """A vector of WIDTH float64 lanes."""
+
+    def __init__(self):
+        super().__init__(name=f"VecD{WIDTH}")
 
 
-@register_model(Vec)
-class _VecModel(models.PrimitiveModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, _VEC)
+class VecI(types.Type):
+    """A vector of WIDTH int64 lanes (binary64 bit patterns, table indices)."""
+
+    def __init__(self):
+        super().__init__(name=f"VecI{WIDTH}")
+
+
+class Mask(types.Type):
+    """A vector of WIDTH booleans (compare results)."""
+
+    def __init__(self):
+        super().__init__(name=f"Mask{WIDTH}")
+
+
+vec, vecd, veci, mask = Vec(), VecD(), VecI(), Mask()
+
+
+def _model(typ, llvm_type):
+    class _Model(models.PrimitiveModel):
+        def __init__(self, dmm, fe_type):
+            super().__init__(dmm, fe_type, llvm_type)
+    register_model(typ)(_Model)
+
+
+for _typ, _ll in ((Vec, _VEC), (VecD, _VECD), (VecI, _VECI), (Mask, _MASK)):
+    _model(_typ, _ll)
 
 
 def _check_array(arr, what: str) -> None:
@@ -93,21 +129,22 @@ def vstore(typingctx, arr, idx, v):
     return types.void(arr, idx, v), codegen
 
 
-def _binary(name: str, op: str):
+def _binary(name: str, op: str, int_op: str | None = None):
     def impl(typingctx, a, b):
-        if a != vec or b != vec:
+        if a != b or a not in (vec, vecd, veci) or (a == veci and int_op is None):
             return None
 
         def codegen(context, builder, sig, args):
-            return getattr(builder, op)(args[0], args[1])
-        return vec(a, b), codegen
+            return getattr(builder, int_op if sig.args[0] == veci else op)(args[0], args[1])
+        return a(a, b), codegen
     impl.__name__ = name
-    impl.__doc__ = f"Lane by lane {op} (one IEEE rounding per lane; no fast-math flags)."
+    impl.__doc__ = (f"Lane by lane {op} of float32 or float64 vectors (one IEEE rounding per "
+                    f"lane; no fast-math flags)" + (f", {int_op} of int64 vectors." if int_op else "."))
     return intrinsic(impl)
 
 
-vadd = _binary("vadd", "fadd")
-vsub = _binary("vsub", "fsub")
+vadd = _binary("vadd", "fadd", "add")
+vsub = _binary("vsub", "fsub", "sub")
 vmul = _binary("vmul", "fmul")
 vdiv = _binary("vdiv", "fdiv")
 
@@ -155,18 +192,22 @@ def _neg(a):
     return None
 
 
+_SPLAT = {types.float32: (vec, _VEC), types.float64: (vecd, _VECD), types.int64: (veci, _VECI)}
+
+
 @intrinsic
 def vsplat(typingctx, x):
-    """A vector with every lane equal to the float32 x."""
-    if x != types.float32:
+    """A vector with every lane equal to x: float32 -> Vec, float64 -> VecD, int64 -> VecI."""
+    if x not in _SPLAT:
         return None
+    typ, ll = _SPLAT[x]
 
     def codegen(context, builder, sig, args):
-        v = ir.Constant(_VEC, ir.Undefined)
+        v = ir.Constant(ll, ir.Undefined)
         for i in range(WIDTH):
             v = builder.insert_element(v, args[0], ir.Constant(ir.IntType(32), i))
         return v
-    return vec(x), codegen
+    return typ(x), codegen
 
 
 @intrinsic
@@ -200,3 +241,108 @@ def vbutterfly(typingctx, lo, hi):
             off //= 2
         return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
     return types.float32(lo, hi), codegen
+
+
+def _unary(name: str, src, dst, build, doc: str):
+    def impl(typingctx, a):
+        if a != src:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return build(builder, args[0])
+        return dst(a), codegen
+    impl.__name__ = name
+    impl.__doc__ = doc
+    return intrinsic(impl)
+
+
+vwiden = _unary("vwiden", vec, vecd, lambda b, v: b.fpext(v, _VECD),
+                "float32 lanes to float64 (exact).")
+vnarrow = _unary("vnarrow", vecd, vec, lambda b, v: b.fptrunc(v, _VEC),
+                 "float64 lanes to float32, each rounded to nearest even (as np.float32(x)).")
+vbits = _unary("vbits", vecd, veci, lambda b, v: b.bitcast(v, _VECI),
+               "The bit patterns of float64 lanes, as int64 lanes.")
+vfrombits = _unary("vfrombits", veci, vecd, lambda b, v: b.bitcast(v, _VECD),
+                   "The float64 lanes with the int64 lanes' bit patterns.")
+vnot = _unary("vnot", mask, mask, lambda b, v: b.not_(v), "Lane by lane `not`.")
+vall = _unary("vall", mask, types.boolean,
+              lambda b, v: b.icmp_unsigned("==", b.bitcast(v, ir.IntType(WIDTH)),
+                                           ir.Constant(ir.IntType(WIDTH), (1 << WIDTH) - 1)),
+              "Whether every lane is True.")
+
+
+def _logic(name: str, op: str):
+    def impl(typingctx, a, b):
+        if a != b or a not in (veci, mask):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return getattr(builder, op)(args[0], args[1])
+        return a(a, b), codegen
+    impl.__name__ = name
+    impl.__doc__ = f"Lane by lane integer {op} of int64 vectors or masks."
+    return intrinsic(impl)
+
+
+vand = _logic("vand", "and_")
+vor = _logic("vor", "or_")
+vshl = _logic("vshl", "shl")
+
+
+def _compare(name: str, op: str, ordered: bool):
+    def impl(typingctx, a, b):
+        if a != vec or b != vec:
+            return None
+
+        def codegen(context, builder, sig, args):
+            fcmp = builder.fcmp_ordered if ordered else builder.fcmp_unordered
+            return fcmp(op, args[0], args[1])
+        return mask(a, b), codegen
+    impl.__name__ = name
+    impl.__doc__ = f"Lane by lane float32 `a {op} b` ({'ordered' if ordered else 'unordered'})."
+    return intrinsic(impl)
+
+
+vgt = _compare("vgt", ">", True)
+vlt = _compare("vlt", "<", True)
+vge = _compare("vge", ">=", True)
+veq = _compare("veq", "==", True)
+vne = _compare("vne", "!=", False)
+
+
+@intrinsic
+def vselect(typingctx, m, a, b):
+    """Lane by lane `a if m else b` (float32 vectors)."""
+    if m != mask or a != vec or b != vec:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.select(args[0], args[1], args[2])
+    return vec(m, a, b), codegen
+
+
+@intrinsic
+def vgather(typingctx, table, idx):
+    """Lane by lane table[idx] of a C-contiguous 1-D float64 array (unchecked): one gather
+    instruction where the target has one, else a load per lane."""
+    if not (isinstance(table, types.Array) and table.dtype == types.float64 and table.ndim == 1
+            and table.layout == "C") or idx != veci:
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        base = builder.ptrtoint(ary.data, ir.IntType(64))
+        base = builder.insert_element(ir.Constant(_VECI, ir.Undefined), base,
+                                      ir.Constant(ir.IntType(32), 0))
+        base = builder.shuffle_vector(base, ir.Constant(_VECI, ir.Undefined),
+                                      ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH))
+        offsets = builder.shl(args[1], ir.Constant(_VECI, [3] * WIDTH))  # 8 bytes an entry
+        ptr_vec = ir.VectorType(ir.PointerType(), WIDTH)
+        ptrs = builder.inttoptr(builder.add(base, offsets), ptr_vec)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_VECD, [ptr_vec, ir.IntType(32), _MASK, _VECD]),
+            f"llvm.masked.gather.v{WIDTH}f64.v{WIDTH}p0")
+        everywhere = ir.Constant(_MASK, [1] * WIDTH)
+        return builder.call(fn, [ptrs, ir.Constant(ir.IntType(32), 8), everywhere,
+                                 ir.Constant(_VECD, ir.Undefined)])
+    return vecd(table, idx), codegen

@@ -6,7 +6,8 @@ thread in the contract's order (contracts/transformer.md clauses 1-5):
 
 - softmax: mx = max_j x_j (32 lane maxima, exact; a row holding NaN is NaN throughout),
   e_j = expf(x_j - mx) written into the output row and folded as it is written (rows of 32
-  as two native/simd.py vectors, then the pairwise tree), then y_j = e_j / S in place, or
+  as two native/simd.py vectors, their expf native/vexp.py's, then the pairwise tree), then
+  y_j = e_j / S in place, or
   log_softmax y_j = (x_j - mx) - logf(S) with the differences recomputed;
 - layer_norm: mean = fold(x) / nD, c_j = x_j - mean kept in the output row and folded as
   c * c in the same pass, var = that fold / nD, rstd = 1 / sqrt(var + eps),
@@ -27,8 +28,8 @@ expf and logf are native/crmath.py's exp_elem / log_elem. A row where one of the
 undecided gets status 1 (its outputs are then unspecified) and the caller redoes it with
 the oracle; the kernels return how many rows they marked.
 
-Caching: these kernels inline native/crmath.py's, native/attention.py's and native/simd.py's
-functions, and numba's cache=True checks only this file: after editing those, clear the
+Caching: these kernels inline native/crmath.py's, native/attention.py's, native/vexp.py's and
+native/simd.py's functions, and numba's cache=True checks only this file: after editing those, clear the
 numba cache (__pycache__/*.nbi, *.nbc).
 
 Reproducibility: no float reduction crosses rows, and every reduction in a row is the fold
@@ -57,8 +58,10 @@ from .attention import _exp_any, exp_any, vdot  # noqa: F401  (exp_any: the reta
 from .base import NumbaBase
 from .crmath import _log_elem
 from .fold import NEG_ZERO, _pairwise
-from .simd import WIDTH, vadd, vbutterfly, vdiv, vload, vmax, vmul, vsplat, vstore, vsub
+from .simd import (WIDTH, vadd, vall, vand, vbutterfly, vdiv, vload, vmax, vmul, vsplat, vstore,
+                   vsub)
 from .threads import Twin, num_threads
+from .vexp import vexp_any
 
 _STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: no contraction, no reassociation
 IN1 = types.Array(float32, 1, "C", readonly=True)
@@ -143,19 +146,20 @@ def _softmax(x, m, n, log, y, status, per_task):
                     y[o + j] = np.float32(np.nan)
                 continue
             bad = 0
+            vm = vsplat(mx)
             # e_j = expf(x_j - mx) into y, folded as it is written
             for c in range(nch):
                 base, full, end = _rows_of(c, n)
                 lo = vsplat(NEG_ZERO)
                 hi = lo
                 for w in range(base, full, LANES):
-                    for t in range(o + w, o + w + LANES):
-                        d = x[t] - mx
-                        e, ok = _exp_any(d)
-                        y[t] = e
-                        bad += not ok
-                    lo = vadd(lo, vload(y, o + w))
-                    hi = vadd(hi, vload(y, o + w + WIDTH))
+                    e0, ok0 = vexp_any(vsub(vload(x, o + w), vm))
+                    e1, ok1 = vexp_any(vsub(vload(x, o + w + WIDTH), vm))
+                    vstore(y, o + w, e0)
+                    vstore(y, o + w + WIDTH, e1)
+                    lo = vadd(lo, e0)
+                    hi = vadd(hi, e1)
+                    bad += not vall(vand(ok0, ok1))
                 vstore(acc, 0, lo)
                 vstore(acc, WIDTH, hi)
                 for k in range(full, end):
@@ -173,7 +177,7 @@ def _softmax(x, m, n, log, y, status, per_task):
                     lg = s
                     ok = True
                 bad += not ok
-                vm, vl = vsplat(mx), vsplat(lg)
+                vl = vsplat(lg)
                 for j in range(0, vfull, WIDTH):
                     vstore(y, o + j, vsub(vsub(vload(x, o + j), vm), vl))
                 for j in range(vfull, n):
@@ -204,7 +208,12 @@ def _softmax_backward(dy, y, m, n, log, dx, status, per_task):
             if log:
                 c = _row_fold(dy, o, n, acc, partials)
                 bad = 0
-                for j in range(n):
+                vc = vsplat(c)
+                for j in range(0, vfull, WIDTH):
+                    e, ok = vexp_any(vload(y, o + j))
+                    vstore(dx, o + j, vsub(vload(dy, o + j), vmul(e, vc)))
+                    bad += not vall(ok)
+                for j in range(vfull, n):
                     e, ok = _exp_any(y[o + j])
                     t = e * c
                     dx[o + j] = dy[o + j] - t
@@ -415,5 +424,7 @@ def load(mode: str, backend: str = "cpu-numba") -> NumbaTransformer:
 
 # the row kernels tests/test_vectorized.py compiles for every target and checks packed in loops
 # (the attention kernels' cold compile takes minutes per target; their speed is benchmarked)
+# (the expf of softmax and of log_softmax's backward is native/vexp.py's, packed binary64)
 HOT_KERNELS = {"transformer._layer_norm": (_layer_norm, ("addps", "subps", "mulps")),
-               "transformer._softmax_backward": (_softmax_backward, ("mulps", "subps"))}
+               "transformer._softmax": (_softmax, ("mulpd", "addpd", "divps")),
+               "transformer._softmax_backward": (_softmax_backward, ("mulps", "subps", "mulpd"))}

@@ -1,0 +1,85 @@
+"""expf of WIDTH float32 lanes at once on native/simd.py vectors: the vector spelling of
+native/crmath.py's `exp_elem` and native/attention.py's `exp_any`, for the row kernels.
+
+The operations are exp_elem's, lane by lane and in its order (binary64 +, -, * without
+fast-math flags, one rounding each), so a lane's bits are the scalar's. Two integer steps are
+spelled on the bit pattern of t = x / (ln 2 / 32) + SHIFTER instead of `int(kd)`: since
+|k| < 2^51, t = 1.5 * 2^52 + k lies in [2^52, 2^53), where the patterns of t and SHIFTER
+differ by exactly k; and 2^q (the scalar's POW2[q + 160], q = (k - j) / 32 in [-151, 129]
+inside exp_elem's domain) is the binary64 with pattern (k - j) * 2^47 + 1023 * 2^52, so no
+arithmetic shift is needed (the baseline and AVX2 targets have none for int64). The table
+2^(j/32) is looked up with `vgather`.
+
+>>> import numpy as np
+>>> from numba import njit
+>>> from mojolike.native.simd import vload, vstore
+>>> @njit
+... def exp16(x, out):
+...     e, ok = vexp_any(vload(x, 0))
+...     vstore(out, 0, e)
+...     return vall(ok)
+>>> x = np.float32([0, 1, -1, np.inf, -np.inf, np.nan] + [0] * 10); out = np.empty(16, np.float32)
+>>> exp16(x, out), out[:6].tolist()
+(True, [1.0, 2.7182817459106445, 0.3678794503211975, inf, 0.0, nan])
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .attention import POS_INF, ZERO
+from .crmath import (E2, E3, E4, E5, E6, ERR, EXP2_32, EXP_HUGE, EXP_TINY, INV_LN2_32, LN2_32_HI,
+                     LN2_32_LO, ONE, SHIFTER)
+from .simd import (vadd, vall, vand, vbits, vfrombits, veq, vge, vgather, vgt, vlt, vmul, vnarrow,
+                   vne, vnot, vor, vselect, vshl, vsplat, vsub, vwiden)
+
+_jit = njit(inline="always", error_model="numpy")
+SHIFTER_BITS = np.int64(np.float64(SHIFTER).view(np.int64))
+ONE_BITS = np.int64(np.float64(1.0).view(np.int64))  # 1023 * 2^52
+J_MASK = np.int64(31)
+Q_SHIFT = np.int64(47)  # (k - j) * 2^47 = q * 2^52
+
+
+@_jit
+def vexp_elem(x):
+    """(a, decided) lane by lane: exp_elem of each float32 lane, for EXP_TINY < x < EXP_HUGE."""
+    xd = vwiden(x)
+    t = vmul(xd, vsplat(INV_LN2_32))
+    t = vadd(t, vsplat(SHIFTER))
+    kd = vsub(t, vsplat(SHIFTER))
+    k = vsub(vbits(t), vsplat(SHIFTER_BITS))  # int(kd), exactly
+    j = vand(k, vsplat(J_MASK))
+    scale = vfrombits(vadd(vshl(vsub(k, j), vsplat(Q_SHIFT)), vsplat(ONE_BITS)))  # 2^q
+    r = vsub(xd, vmul(kd, vsplat(LN2_32_HI)))  # exact
+    r = vsub(r, vmul(kd, vsplat(LN2_32_LO)))
+    u = vmul(r, vsplat(E6))
+    u = vadd(u, vsplat(E5))
+    u = vmul(r, u)
+    u = vadd(u, vsplat(E4))
+    u = vmul(r, u)
+    u = vadd(u, vsplat(E3))
+    u = vmul(r, u)
+    u = vadd(u, vsplat(E2))
+    u = vmul(r, u)
+    u = vadd(u, vsplat(ONE))
+    p = vmul(r, u)
+    tj = vgather(EXP2_32, j)
+    y = vmul(tj, p)
+    y = vadd(tj, y)
+    y = vmul(y, scale)  # exact
+    eb = vmul(y, vsplat(ERR))
+    a = vnarrow(vsub(y, eb))
+    b = vnarrow(vadd(y, eb))
+    return a, veq(a, b)
+
+
+@_jit
+def vexp_any(d):
+    """(e, decided) lane by lane: exp_any of each float32 lane (any binary32)."""
+    tiny, huge, zero = vsplat(EXP_TINY), vsplat(EXP_HUGE), vsplat(ZERO)
+    inside = vand(vgt(d, tiny), vlt(d, huge))
+    w = vselect(inside, d, zero)
+    a, ok = vexp_elem(w)
+    big = vselect(vge(d, huge), vsplat(POS_INF), zero)
+    special = vselect(vne(d, d), d, big)
+    return vselect(inside, a, special), vor(ok, vnot(inside))
