@@ -27,11 +27,13 @@ class Pieces:
     offsets[i] .. offsets[i+1] - 1. Kernels that take pieces (`takes_pieces`) update them
     where they lie, through the table of their addresses."""
 
-    def __init__(self, arrays: list[np.ndarray], offsets: np.ndarray):
+    def __init__(self, arrays: list[np.ndarray], offsets: np.ndarray, addresses=None):
+        """addresses: the arrays' table when the caller knows it (it is read from them
+        otherwise, on first use)."""
         self.arrays = arrays  # held, so the addresses stay valid
         self.offsets = offsets
         self.size = int(offsets[-1])
-        self._addresses = None
+        self._addresses = addresses
 
     @property
     def addresses(self) -> np.ndarray:
@@ -42,7 +44,8 @@ class Pieces:
 
     def part(self, i: int, j: int) -> "Pieces":
         """Tensors i .. j - 1, with offsets from 0."""
-        return Pieces(self.arrays[i:j], self.offsets[i:j + 1] - self.offsets[i])
+        table = None if self._addresses is None else self._addresses[i:j]
+        return Pieces(self.arrays[i:j], self.offsets[i:j + 1] - self.offsets[i], table)
 
 
 def table(x, offsets) -> np.ndarray:

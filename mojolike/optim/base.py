@@ -145,9 +145,11 @@ class _Optimizer:
         return self._step(grads, max_norm, grad_scale, clip, update_gate)
 
     def _step(self, grads, max_norm=None, grad_scale=None, clip="inplace", update_gate=True,
-              sumsqs=None):
+              sumsqs=None, addresses=None):
         """The step; `sumsqs` (each present gradient's sum of squares, from a pass the caller
-        made: mojolike.GradScaler) spares the norm pass and vouches that the gradients are finite."""
+        made: mojolike.GradScaler) spares the norm pass and vouches that the gradients are finite;
+        `addresses` (each gradient's data address, from a caller that has them at hand:
+        mojolike.torch.optim) spares the registry reading them (params.Registry.grads)."""
         e = self._ENTRY
         registry.check_fp_state(e, self.numeric_mode)
         self._reg.check_unchanged()
@@ -162,7 +164,8 @@ class _Optimizer:
                    value=grad_scale)
         gate = _gate(e, update_gate)
         in_place = m is not None and clip == "inplace"
-        g, gathered, present = self._reg.grads(grads, writable=in_place, frozen=True)
+        g, gathered, present = self._reg.grads(grads, writable=in_place, frozen=True,
+                                               addresses=addresses)
         if self._twins is not None:
             self._twins.check_apart(e, g, gathered, present, self._reg.split)
         hyper = self._groups_checked()
@@ -207,10 +210,10 @@ class _Optimizer:
         return self.total_norm_
 
     def _present_parts(self, g, present):
+        if all(present):  # every tensor: g itself (its address table made once)
+            return [g]
         off = self._reg.offsets
         runs = groups_.present_runs(present)
-        if runs == [(0, len(present))]:  # every tensor: g itself (its address table made once)
-            return [g]
         return [part(g, off, i, j) for i, j in runs]
 
     def _present_offsets(self, present):

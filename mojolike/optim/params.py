@@ -21,11 +21,15 @@ True
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..core.checks import as_f32, disjoint, shape_of
 from ..core.pieces import Pieces, address
 from ..core.refusals import refuse
+
+_F32 = np.dtype(np.float32)
 
 
 def _is_sparse(obj) -> bool:
@@ -76,6 +80,37 @@ def end_to_end(views: list[np.ndarray]) -> np.ndarray | None:
     return np.ndarray((total,), np.float32, buffer=root, offset=start - root_start)
 
 
+class _Seen:
+    """What `Registry._known` needs of gradients that passed every check: weak references to
+    the arrays (None for a frozen slot), the addresses of those that own their memory, the
+    operand's recipe (a flat view: its root, (root address, offset), size; or the pieces'
+    address table), which tensors are present and every array's address (None: frozen)."""
+
+    def __init__(self, refs, frozen, owners, flat, table, present, addresses):
+        self.refs, self.frozen, self.owners = refs, frozen, owners
+        self.flat, self.table, self.present = flat, table, present
+        self.addresses = addresses
+
+    @staticmethod
+    def of(items, listed: bool, frozen: bool, operand, present):
+        if not listed or any(g is not None and type(g) is not np.ndarray for g in items):
+            return None
+        flat = table = None
+        if isinstance(operand, np.ndarray):
+            root = operand
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            flat = (weakref.ref(root), (address(root), address(operand) - address(root)),
+                    operand.size)
+        elif isinstance(operand, Pieces):
+            table = operand.addresses
+        where = tuple(None if g is None else address(g) for g in items)
+        owners = [(i, a) for i, (g, a) in enumerate(zip(items, where)) if g is not None and
+                  g.base is None]
+        return _Seen([None if g is None else weakref.ref(g) for g in items], frozen, owners, flat,
+                     table, tuple(present), where)
+
+
 class Registry:
     """Caller parameters with offsets, as one flat array or as pieces; see the module docstring."""
 
@@ -101,6 +136,11 @@ class Registry:
         # what the kernels update: the flat array, or the caller's arrays as pieces
         self.tensors = Pieces(self.views, self.offsets) if self.flat is None else self.flat
         self._grad_flat = None
+        # a numpy view cannot move (resize refuses arrays that do not own their data): only
+        # the arrays that own their memory need their address read at each step
+        self._owners = [i for i, p in enumerate(items) if isinstance(p, np.ndarray) and
+                        p.base is None]
+        self._seen = None  # the last gradients that passed every check (see `_known`)
 
     @property
     def n(self) -> int:
@@ -110,9 +150,15 @@ class Registry:
         """Refuse when a parameter was resized or reallocated under the registry (numpy arrays;
         other buffers cannot be resized while exported)."""
         for i, (item, layout) in enumerate(zip(self._items, self._layout)):
-            if item is not None and (address(item), item.shape) != layout:
-                refuse(self.entry, f"params[{i}]", "was resized or reallocated after the optimizer "
-                                                   "registered it; make a new optimizer")
+            if item is not None and item.shape != layout[1]:
+                self._moved(i)
+        for i in self._owners:
+            if address(self._items[i]) != self._layout[i][0]:
+                self._moved(i)
+
+    def _moved(self, i: int) -> None:
+        refuse(self.entry, f"params[{i}]", "was resized or reallocated after the optimizer "
+                                           "registered it; make a new optimizer")
 
     def _copy(self, flat: np.ndarray, views: list, *, into_flat: bool) -> None:
         for v, lo, hi in zip(views, self.offsets[:-1], self.offsets[1:]):
@@ -131,7 +177,7 @@ class Registry:
         if self.packed:
             self._copy(self.flat, self.views, into_flat=False)
 
-    def grads(self, grads, *, writable: bool, frozen: bool = False) -> tuple:
+    def grads(self, grads, *, writable: bool, frozen: bool = False, addresses=None) -> tuple:
         """(gradients as the kernels take them, caller views to scatter back into when they
         were gathered, else None, which tensors have a gradient): a flat array, or pieces when
         the kernels take them.
@@ -139,7 +185,69 @@ class Registry:
         Count, shapes and order must match the parameters. With `frozen`, a None stands for a
         parameter without a gradient: its slot holds nothing the kernels may read (they are
         given only the runs of tensors that have one). Gathering reuses one buffer.
+        addresses: each gradient's data address (None where frozen), from a caller that
+        reads it more cheaply than numpy (mojolike.torch.optim: the tensors' data_ptr).
         """
+        known = self._known(grads, writable, frozen, addresses)
+        if known is not None:
+            operand, views, present = known
+        else:
+            operand, views, present = self._check_grads(grads, writable, frozen)
+        if operand is not None:
+            return operand, None, present
+        if self._grad_flat is None:
+            self._grad_flat = np.empty(self.n, np.float32)
+        self._copy(self._grad_flat, views, into_flat=True)
+        return self._grad_flat, views, present
+
+    def _known(self, grads, writable: bool, frozen: bool, addresses):
+        """(operand, views, present) of the last gradients that passed `_check_grads`, when
+        `grads` holds numpy arrays at the same addresses, still float32, C-contiguous, of
+        their shapes and writable where asked: each of those checks then holds as it did, so
+        none is repeated and the kernels' address table is reused. Else None.
+
+        Without `addresses` the arrays must be the same objects, held weakly (a step keeps
+        no gradient alive); a numpy view cannot move (resize refuses an array that does not
+        own its memory), so only the arrays that own theirs have their address read again."""
+        seen = self._seen
+        if seen is None or not isinstance(grads, (list, tuple)) or len(grads) != len(seen.refs) \
+                or frozen != seen.frozen:
+            return None
+        same = addresses is None
+        if not same and tuple(addresses) != seen.addresses:
+            return None
+        for o, ref, shape in zip(grads, seen.refs, self.shapes):
+            if o is None:
+                if ref is not None:
+                    return None
+            elif ref is None or (same and ref() is not o) or type(o) is not np.ndarray or \
+                    o.shape != shape or o.dtype is not _F32 or not o.flags.c_contiguous or \
+                    (writable and not o.flags.writeable):
+                return None
+        if same and any(address(grads[i]) != a for i, a in seen.owners):
+            return None
+        views = [None if g is None else g.reshape(-1) for g in grads]
+        if seen.flat is not None:  # end to end in one allocation, or one array
+            root, start, total = seen.flat
+            if len(views) == 1:
+                operand = views[0]
+            else:
+                base = root()
+                if base is None or address(base) != start[0]:
+                    return None
+                operand = np.ndarray((total,), np.float32, buffer=base, offset=start[1])
+            if writable and not operand.flags.writeable:
+                return None
+        elif self._pieces:
+            operand = Pieces([v if v is not None else p for v, p in zip(views, self.views)],
+                             self.offsets, addresses=seen.table)
+        else:
+            operand = None
+        return operand, views, list(seen.present)
+
+    def _check_grads(self, grads, writable: bool, frozen: bool) -> tuple:
+        """(operand, views, present): every check of the gradients, and the kernels' operand (a
+        flat view, or pieces; None when they must be gathered into a flat copy)."""
         items, listed = as_list(self.entry, "grads", grads, none=frozen)
         if len(items) != len(self.views) or listed != self.listed:
             refuse(self.entry, "grads", f"has {len(items)} tensor(s) but the optimizer has "
@@ -155,18 +263,17 @@ class Registry:
                                             f"shape {shape}")
         disjoint(self.entry, [(name(i), v) for i, v in enumerate(views) if v is not None]
                  + list(zip(self._names, self.views)))
+        operand = None
         if all(present):
             flat = views[0] if len(views) == 1 else end_to_end(views)
             if flat is not None and (not writable or flat.flags.writeable):
-                return flat, None, present
-        if self._pieces:
+                operand = flat
+        if operand is None and self._pieces:
             # a frozen slot points at its parameter, which no run of the step reads as a gradient
-            return Pieces([v if v is not None else p for v, p in zip(views, self.views)],
-                          self.offsets), None, present
-        if self._grad_flat is None:
-            self._grad_flat = np.empty(self.n, np.float32)
-        self._copy(self._grad_flat, views, into_flat=True)
-        return self._grad_flat, views, present
+            operand = Pieces([v if v is not None else p for v, p in zip(views, self.views)],
+                             self.offsets)
+        self._seen = _Seen.of(items, listed, frozen, operand, present)
+        return operand, views, present
 
     def scatter_grads(self, views: list[np.ndarray] | None) -> None:
         if views is not None:

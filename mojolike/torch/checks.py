@@ -27,6 +27,7 @@ from ..core.entry import torch_option
 from ..core.refusals import refuse
 
 _HALF = (torch.float16, torch.bfloat16)
+_F32 = np.dtype(np.float32)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -67,13 +68,14 @@ def grad_view(entry: str, name: str, g, p: torch.Tensor) -> np.ndarray:
     return v
 
 
-def bound_grads(entry: str, params: list, bound: list) -> list:
+def bound_grads(entry: str, params: list, bound: list, addresses: list | None = None) -> list:
     """Each parameter's .grad as a view (None where it has none), after checking that each
     parameter still lies where it was registered (bound: (data_ptr, shape) per parameter):
     a parameter rebound (p.data = ...) or resized is refused, never stepped in its old
-    memory. The common case (a plain CPU contiguous float32 gradient) is checked inline."""
+    memory. The common case (a plain CPU contiguous float32 gradient) is checked on the view
+    numpy() makes; anything else goes through grad_view's checks and refusals.
+    addresses, when given, receives each view's data address (None where there is none)."""
     out = []
-    f32, strided = torch.float32, torch.strided
     for i, (p, (ptr, shape)) in enumerate(zip(params, bound)):
         if p.data_ptr() != ptr or p.shape != shape:
             refuse(entry, f"params[{i}]", "was rebound or resized (p.data = ...) after the "
@@ -81,14 +83,23 @@ def bound_grads(entry: str, params: list, bound: list) -> list:
                                           "stepping the old memory; make a new optimizer "
                                           "(load_state_dict carries the state over)")
         g = p.grad
+        view = None
+        if type(g) is torch.Tensor:
+            try:  # numpy() itself refuses non-CPU, sparse, neg/conj bits and requires_grad
+                view = g.numpy()
+            except (RuntimeError, TypeError, ValueError):
+                pass  # grad_view below refuses it by name, or takes it
+            if view is not None and (view.dtype is not _F32 or view.shape != shape or
+                                     not view.flags.c_contiguous):
+                view = None
         if g is None:
             out.append(None)
-        elif type(g) is torch.Tensor and g.dtype is f32 and g.layout is strided and \
-                g.device.type == "cpu" and g.shape == shape and g.is_contiguous() and \
-                not g.is_neg():
-            out.append(g.detach().numpy())
+        elif view is not None:
+            out.append(view)
         else:
             out.append(grad_view(entry, f"params[{i}].grad", g, p))
+        if addresses is not None:
+            addresses.append(None if g is None else g.data_ptr())
     return out
 
 

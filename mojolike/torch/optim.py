@@ -127,26 +127,29 @@ class _TorchOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        grads = self._prepare(e)
+        addresses = []
+        grads = self._prepare(e, addresses)
         if grads is None:
             return loss  # torch steps nothing when no parameter has a gradient
         try:
-            self._inner.step(grads)
+            # the data_ptrs spare the inner registry reading numpy's addresses (params.Registry)
+            self._inner._step(grads, addresses=addresses)
         except Refusal as r:
             raise r.at(e) from None
         self._finish(grads)
         return loss
 
-    def _prepare(self, e: str):
+    def _prepare(self, e: str, addresses: list | None = None):
         """Each parameter's gradient as a view (None: frozen), every parameter checked still
         bound to the memory registered, and the groups' options handed to the inner
-        optimizer; None when no parameter has a gradient."""
+        optimizer; None when no parameter has a gradient. addresses, when given, receives
+        the views' data addresses (checks.bound_grads)."""
         params = [p for g in self.param_groups for p in g["params"]]
         if len(params) != len(self._params) or any(a is not b for a, b in zip(params,
                                                                                self._params)):
             refuse(e, "param_groups", "changed which tensors it holds; a group's options may "
                                       "change between steps, its params may not")
-        grads = checks.bound_grads(e, params, self._bound)
+        grads = checks.bound_grads(e, params, self._bound, addresses)
         if all(g is None for g in grads):
             return None
         for k, (g, ig) in enumerate(zip(self.param_groups, self._inner.param_groups)):
@@ -160,7 +163,8 @@ class _TorchOptimizer(torch.optim.Optimizer):
         stepped = [i for i, g in enumerate(grads) if g is not None]
         if "step" in self._STATE:  # one numpy write for every parameter's step tensor
             self._step_array[:] = self._inner._steps
-        self._expose(i for i in stepped if i not in self._views)
+        if len(self._views) < len(self._params):  # some parameter has no state tensors yet
+            self._expose(i for i in stepped if i not in self._views)
         torch.autograd.graph.increment_version([self._params[i] for i in stepped])
 
     # -- state ------------------------------------------------------------------------------
