@@ -8,17 +8,21 @@ that 16 keys' dot products are one vector per coordinate. Forward, parallel over
 
 1. the scores s_ij = scale * dot(q_i, k_j) (+ m_ij) as one vector, kept for the row (S floats),
    and the row max over the taking part (exact, first of equals kept; NaN if one score is NaN);
-2. per tile, d = s - mx_i, e = expf(d) for the 16 keys (one loop, vectorized where the target
-   has gathers), and the fold state of S_i and of every o_i[d]: 32 lane accumulators indexed by
-   j mod 32 (a tile is one half of them), closed at each 1024-key chunk by the butterfly into a
-   chunk partial; the partials meet on the pairwise tree at the end.
+2. per tile, d = s - mx_i, e = expf(d) for the 16 keys (native/vexp.py's 16-lane expf, the
+   scalar exp_any's bits), and the fold state of S_i and of every o_i[d]: 32 lane accumulators
+   indexed by j mod 32 (a tile is one half of them), closed at each 1024-key chunk by the
+   butterfly into a chunk partial; the partials meet on the pairwise tree at the end. The o
+   folds of two rows are made together (attention_blocks.row_sums2), so that each vector of
+   the transposed values is loaded once for both: streaming those is the forward's bound.
 
-Dot products over E keep their 32 lanes in registers and evaluate the butterfly depth first
-(native/fold.py's tree, operands in its order). A position that does not take part adds
-nothing (a select gives the lane -0.0, the fold's identity), so the lane of key j stays j mod 32
-and its chunk j // 1024, whatever block_k (keys are visited in ascending tiles of 16; block_k
-never reaches a bit). No (L, S) matrix is held: a row's state is 32 x (Ev + 1) floats, its S
-scores and one partial per chunk.
+Dot products over E keep their 32 lanes in registers (attention_blocks.dots32: eight lanes per
+loop over the rows of 32, then the butterfly on registers; native/fold.py's tree, operands in
+its order). A
+position that does not take part adds nothing (a select gives the lane -0.0, the fold's
+identity), so the lane of key j stays j mod 32 and its chunk j // 1024, whatever block_k (keys
+are visited in ascending tiles of 16; block_k never reaches a bit). No (L, S) matrix is held:
+a task's state is its S scores, two rows' e_ij, flags and (with dropout) w_ij, and one partial
+per chunk of each fold.
 
 The retargetable per-element source (plain scalar arguments, one IEEE operation per
 statement, primitives add/sub/mul/div by name): `takes_part`, `score_elem`, `kept_elem`,
@@ -48,10 +52,18 @@ import numpy as np
 from numba import boolean, float32, int32, int64, njit, prange, types, uint8, uint64
 
 from . import rng
-from .attention_blocks import row_sums, row_total, vkeep, vmax_nan  # noqa: F401 (vkeep: the backward)
+from .attention_blocks import (  # noqa: F401 (vkeep: the backward)
+    dots32,
+    row_sums,
+    row_sums2,
+    row_total,
+    vexp_tile,
+    vkeep,
+    vmax_nan,
+)
 from .crmath import EXP_HUGE, EXP_TINY, _exp_elem
 from .fold import NEG_ZERO
-from .simd import vadd, vbutterfly, vload, vmul, vsplat, vstore, vsub
+from .simd import vadd, vbutterfly, vec, vload, vmul, vsplat, vstore, vsub
 
 _STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: no contraction, no reassociation
 _jit = njit(inline="always", error_model="numpy")
@@ -127,10 +139,11 @@ _weight_elem, _grad_elem, _exp_any = _jit(weight_elem), _jit(grad_elem), _jit(ex
 
 # -- folds --------------------------------------------------------------------------------------
 
-@_jit
+@njit(vec(IN1, int64, int64, IN1, int64, int64, F1, F1), **_STRICT)
 def _dots16(x, xo, n, t, ld, col, lanes, parts):
     """16 dot products at once: lane k of the result is fold_e x[xo + e] * t[e * ld + col + k]
-    over e < n (t holds 16 columns of vectors transposed: keys along a row)."""
+    over e < n (t holds 16 columns of vectors transposed: keys along a row). Called, not
+    inlined: the kernels' rare path (head sizes not a multiple of 32), compiled once."""
     nch = (n + 1023) // 1024
     for c in range(nch):
         base = c * 1024
@@ -219,42 +232,12 @@ def _mark(counts, nheads, per_head, status):
 # -- vector pieces ------------------------------------------------------------------------------
 
 @_jit
-def _lane(x, xo, n, t, ld, col, lane):
-    """Lane `lane` of the fold over e < n <= 1024 of x[xo + e] * t[e * ld + col + k], 16 k at once."""
-    acc = vsplat(NEG_ZERO)
-    for e in range(lane, n, 32):
-        acc = vadd(acc, vmul(vsplat(x[xo + e]), vload(t, e * ld + col)))
-    return acc
-
-
-@_jit
 def tile_dots(x, xo, n, t, ld, col, lanes, parts):
-    """The 16 dot products of `_dots16`. When n fits one chunk, the butterfly's first two levels
-    are made in registers four lanes at a time ((l + l16) + (l8 + l24) is level 8's lane l,
-    operands in the tree's order), the last three from the 8 stored values: no calls, one loop."""
-    if n > 1024:
-        return _dots16(x, xo, n, t, ld, col, lanes, parts)
-    for lane in range(8):
-        a = vadd(_lane(x, xo, n, t, ld, col, lane), _lane(x, xo, n, t, ld, col, lane + 16))
-        b = vadd(_lane(x, xo, n, t, ld, col, lane + 8), _lane(x, xo, n, t, ld, col, lane + 24))
-        vstore(lanes, 16 * lane, vadd(a, b))
-    c0 = vadd(vload(lanes, 0), vload(lanes, 64))
-    c1 = vadd(vload(lanes, 16), vload(lanes, 80))
-    c2 = vadd(vload(lanes, 32), vload(lanes, 96))
-    c3 = vadd(vload(lanes, 48), vload(lanes, 112))
-    return vadd(vadd(c0, c2), vadd(c1, c3))
-
-
-@_jit
-def exp_tile(d, e, flags):
-    """e[k] = expf(d[k]) for the 16 k (branch-free: one loop the vectorizer packs where the
-    target gathers); the number of undecided values among the keys whose flag is set."""
-    bad = 0
-    for k in range(TILE):
-        a, ok = _exp_any(d[k])
-        e[k] = a
-        bad += (flags[k] != ZERO) & (not ok)
-    return bad
+    """The 16 dot products of `_dots16`; in registers (attention_blocks.dots32) when n is a
+    multiple of 32 up to 1024, the usual head sizes."""
+    if n % 32 == 0 and n <= 1024:
+        return dots32(x, xo, n, t, ld, col)
+    return _dots16(x, xo, n, t, ld, col, lanes, parts)
 
 
 @_jit
@@ -354,78 +337,109 @@ def _forward(q, kt, vt, mb, madd, kind, ms, causal, scale, p, keep_scale, k0, k1
         lanes = np.empty(32 * 16, np.float32)
         vparts = np.empty(16 * ((ne + 1023) // 1024), np.float32)
         srow = np.empty(sp, np.float32)  # the row's scores
-        frow = np.empty(sp, np.float32)  # and which keys take part (1.0)
-        whole = np.empty(sp // TILE, np.bool_)  # tiles whose every key takes part
+        # two rows at a time (their o folds share each load of vt): per row which keys take
+        # part (1.0), the tiles whose every key does, e_ij, w_ij = e_ij c_ij, o's partials
+        frows = np.empty((2, sp), np.float32)
+        wholes = np.empty((2, sp // TILE), np.bool_)
+        erows = np.empty((2, sp), np.float32)
+        wrows = np.empty((2, sp if dropout else 0), np.float32)
+        pos = np.empty((2, nev * nch), np.float32)
+        live = np.zeros(2, np.bool_)
+        nsr = np.zeros(2, np.int64)
+        sums = np.empty(2, np.float32)
         madds = np.empty(TILE, np.float32)
         dbuf = np.empty(TILE, np.float32)
-        ebuf = np.empty(TILE, np.float32)
         cs = np.ones(TILE, np.float32)
-        erow = np.empty(sp, np.float32)  # e_ij
-        wrow = np.empty(sp if dropout else 0, np.float32)  # w_ij = e_ij c_ij
         ps = np.empty(nch, np.float32)
-        po = np.empty(nev * nch, np.float32)
         bad = 0
         i0 = task % nqb * QUERY_BLOCK
-        for i in range(i0, min(i0 + QUERY_BLOCK, nl)):
-            qo = (bh * nl + i) * ne
-            nsi = min(ns, i + 1) if causal else ns  # causal keys past i take no part
-            # pass 1: the scores, and the row max over the taking part
-            mx = NEG_INF
-            nan = False
-            anyp = False
-            mv = vsplat(NEG_INF)
-            for g in range(0, nsi, TILE):
-                sv = vmul(vsplat(scale), tile_dots(q, qo, ne, kt, TILE, kto + g * ne, lanes, vparts))
-                full = kind == 0 and g + TILE <= nsi
-                whole[g // TILE] = full
-                if full:
-                    vstore(frow, g, vsplat(ONE))
-                else:
-                    tile_flags(mb, madd, kind, ms, causal, b, h, i, g, 0, nsi, frow[g:g + TILE],
-                               madds)
-                    if kind == 2:
-                        sv = vadd(sv, vload(madds, 0))
-                vstore(srow, g, sv)
-                if full:  # the max of a whole tile's lanes, reduced once per row
-                    mv = vmax_nan(mv, sv)
-                    anyp = True
+        i1 = min(i0 + QUERY_BLOCK, nl)
+        for ia in range(i0, i1, 2):
+            for r in range(2):
+                i = ia + r
+                live[r] = False
+                nsr[r] = 0
+                if i >= i1:
                     continue
-                for j in range(g, g + TILE):
-                    if frow[j] != ZERO:
-                        s = srow[j]
+                frow, whole, erow, wrow = frows[r], wholes[r], erows[r], wrows[r]
+                qo = (bh * nl + i) * ne
+                nsi = min(ns, i + 1) if causal else ns  # causal keys past i take no part
+                # pass 1: the scores, and the row max over the taking part
+                mx = NEG_INF
+                nan = False
+                anyp = False
+                mv = vsplat(NEG_INF)
+                for g in range(0, nsi, TILE):
+                    sv = vmul(vsplat(scale), tile_dots(q, qo, ne, kt, TILE, kto + g * ne, lanes,
+                                                       vparts))
+                    full = kind == 0 and g + TILE <= nsi
+                    whole[g // TILE] = full
+                    if full:
+                        vstore(frow, g, vsplat(ONE))
+                    else:
+                        tile_flags(mb, madd, kind, ms, causal, b, h, i, g, 0, nsi,
+                                   frow[g:g + TILE], madds)
+                        if kind == 2:
+                            sv = vadd(sv, vload(madds, 0))
+                    vstore(srow, g, sv)
+                    if full:  # the max of a whole tile's lanes, reduced once per row
+                        mv = vmax_nan(mv, sv)
                         anyp = True
-                        nan |= s != s  # noqa: PLR0124 (NaN test)
-                        mx = s if s > mx else mx  # noqa: FURB136 (exact, NaN apart)
-            vstore(dbuf, 0, mv)
-            for j in range(TILE):
-                s = dbuf[j]
-                nan |= s != s  # noqa: PLR0124 (NaN test)
-                mx = s if s > mx else mx  # noqa: FURB136 (exact, NaN apart)
-            so = (bh * nl + i) * 2
-            oo = (bh * nl + i) * nev
-            if nan:
-                mx = np.float32(np.nan)
-            if not anyp or mx == NEG_INF:  # an empty row
-                stats[so] = NEG_INF
-                stats[so + 1] = ZERO
-                o[oo:oo + nev] = ZERO
-                continue
-            # pass 2: e_ij (w_ij with dropout) for the row, then the folds of S_i and o_i[d]
-            vmx = vsplat(mx)
-            for g in range(0, nsi, TILE):
-                vstore(dbuf, 0, vsub(vload(srow, g), vmx))
-                bad += exp_tile(dbuf, ebuf, frow[g:g + TILE])
-                vstore(erow, g, vload(ebuf, 0))
-                if dropout:
-                    tile_keep(k0, k1, stream, p, keep_scale, (bh * nl + i) * ns, g, nsi, cs)
-                    vstore(wrow, g, vmul(vload(ebuf, 0), vload(cs, 0)))
-            row_total(erow, frow, whole, nsi, nch, ps)
-            row_sums(wrow if dropout else erow, frow, whole, vt, vto, nev, nsi, nch, po)
-            big_s = _pairwise(ps, 0, nch, 1)
-            stats[so] = mx
-            stats[so + 1] = big_s
-            for x in range(nev):
-                o[oo + x] = _pairwise(po, x * nch, nch, 1) / big_s
+                        continue
+                    for j in range(g, g + TILE):
+                        if frow[j] != ZERO:
+                            s = srow[j]
+                            anyp = True
+                            nan |= s != s  # noqa: PLR0124 (NaN test)
+                            mx = s if s > mx else mx  # noqa: FURB136 (exact, NaN apart)
+                vstore(dbuf, 0, mv)
+                for j in range(TILE):
+                    s = dbuf[j]
+                    nan |= s != s  # noqa: PLR0124 (NaN test)
+                    mx = s if s > mx else mx  # noqa: FURB136 (exact, NaN apart)
+                so = (bh * nl + i) * 2
+                if nan:
+                    mx = np.float32(np.nan)
+                if not anyp or mx == NEG_INF:  # an empty row
+                    stats[so] = NEG_INF
+                    stats[so + 1] = ZERO
+                    o[(bh * nl + i) * nev:(bh * nl + i + 1) * nev] = ZERO
+                    continue
+                # pass 2: e_ij (w_ij with dropout) for the row, and the fold of S_i
+                vmx = vsplat(mx)
+                for g in range(0, nsi, TILE):
+                    ev, undecided = vexp_tile(vsub(vload(srow, g), vmx), vload(frow, g))
+                    bad += undecided
+                    vstore(erow, g, ev)
+                    if dropout:
+                        tile_keep(k0, k1, stream, p, keep_scale, (bh * nl + i) * ns, g, nsi, cs)
+                        vstore(wrow, g, vmul(ev, vload(cs, 0)))
+                row_total(erow, frow, whole, nsi, nch, ps)
+                sums[r] = _pairwise(ps, 0, nch, 1)
+                stats[so] = mx
+                stats[so + 1] = sums[r]
+                live[r] = True
+                nsr[r] = nsi
+            # the folds of o_i[d] over the rows' keys
+            ws = wrows if dropout else erows
+            if live[0] and live[1]:
+                n = max(nsr[0], nsr[1])
+                for r in range(2):  # the shorter row's keys up to n take no part
+                    for g in range((nsr[r] + TILE - 1) // TILE * TILE, n, TILE):
+                        vstore(frows[r], g, vsplat(ZERO))
+                        vstore(ws[r], g, vsplat(ZERO))
+                        wholes[r, g // TILE] = False
+                row_sums2(ws[0], frows[0], wholes[0], ws[1], frows[1], wholes[1], vt, vto, nev,
+                          n, nch, pos[0], pos[1])
+            else:
+                for r in range(2):
+                    if live[r]:
+                        row_sums(ws[r], frows[r], wholes[r], vt, vto, nev, nsr[r], nch, pos[r])
+            for r in range(2):
+                if live[r]:
+                    oo = (bh * nl + ia + r) * nev
+                    for x in range(nev):
+                        o[oo + x] = _pairwise(pos[r], x * nch, nch, 1) / sums[r]
         counts[task] = bad
     return _mark(counts, nb * nh, nqb, status)
 

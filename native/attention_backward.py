@@ -5,9 +5,11 @@ Three passes over the head, on the transposed keys and values the forward uses
 (native/attention.py, E x S and Ev x S):
 
 - D_i = dot(do_i, o_i) over Ev, once per row (parallel over rows);
-- dK and dV, parallel over (b, h, key block of block_k keys): per tile of 16 keys, every query
-  row in ascending i, the 16 keys as one vector: each key's folds over i carry their 32 lanes
-  (lane i mod 32, chunk i // 1024) as lanes[(lane * E + e) * 16 + key];
+- dK and dV, parallel over (b, h, key block of block_k keys): per tile of 16 keys, the 16 keys
+  as one vector, each key's folds over i carry their 32 lanes (lane i mod 32, chunk i // 1024)
+  as lanes[(lane * E + e) * 16 + key]; per chunk the rows are visited lane by lane, each
+  lane's rows in ascending i (the order its fold adds them; lanes are independent), so the
+  lane being filled stays in L1;
 - dQ, parallel over (b, h, query block of block_q rows): per row, its fold over j carried
   across the tiles of 16 keys in ascending j, a tile being one half of the 32 lanes.
 
@@ -57,7 +59,6 @@ from .attention import (
     ZERO,
     _pairwise,
     close_lanes,
-    exp_tile,
     flat_args,
     padded,
     tile_dots,
@@ -67,7 +68,7 @@ from .attention import (
     vdot,
     vkeep,
 )
-from .attention_blocks import row_sums
+from .attention_blocks import row_sums, vexp_tile
 from .simd import vadd, vdiv, vload, vmul, vsplat, vstore, vsub
 
 
@@ -102,8 +103,6 @@ def _backward_kv(do, q, kt, vt, stats, dd, mb, madd, kind, ms, causal, scale, p,
         vparts = np.empty(16 * ((max(ne, nev) + 1023) // 1024), np.float32)
         flags = np.empty(TILE, np.float32)
         madds = np.empty(TILE, np.float32)
-        dbuf = np.empty(TILE, np.float32)
-        ebuf = np.empty(TILE, np.float32)
         cs = np.ones(TILE, np.float32)
         anyk = np.empty(TILE, np.float32)
         lk = np.empty(32 * wk, np.float32)  # lk[(lane * E + e) * 16 + key]
@@ -117,67 +116,67 @@ def _backward_kv(do, q, kt, vt, stats, dd, mb, madd, kind, ms, causal, scale, p,
             lk[:] = NEG_ZERO
             lv[:] = NEG_ZERO
             anyk[:] = ZERO
-            cur = 0
-            for i in range(max(g, jb) if causal else 0, nl):  # causal rows before see none of it
-                so = (bh * nl + i) * 2
-                mx = stats[so]
-                if mx == NEG_INF:  # an empty row adds nothing
-                    continue
-                big_s = stats[so + 1]
-                qo = (bh * nl + i) * ne
-                oo = (bh * nl + i) * nev
-                sv = vmul(vsplat(scale), tile_dots(q, qo, ne, kt, TILE, kto + g * ne, lanes, vparts))
-                whole = (kind == 0 and g >= jb and g + TILE <= j1
-                         and not (causal and g + TILE - 1 > i))
-                if whole:
-                    flags[:] = ONE
-                else:
-                    if tile_flags(mb, madd, kind, ms, causal, b, h, i, g, jb, j1, flags, madds) == 0:
-                        continue
-                    if kind == 2:
-                        sv = vadd(sv, vload(madds, 0))
-                vstore(dbuf, 0, vsub(sv, vsplat(mx)))
-                bad += exp_tile(dbuf, ebuf, flags)
-                pdot = tile_dots(do, oo, nev, vt, TILE, vto + g * nev, lanes, vparts)
-                pv_ = vdiv(vload(ebuf, 0), vsplat(big_s))  # grad_elem, lane by lane
-                if dropout:
-                    tile_keep(k0, k1, stream, p, keep_scale, (bh * nl + i) * ns, g, j1, cs)
-                    cv = vload(cs, 0)
-                    pd = vmul(pv_, cv)
-                    dp = vmul(pdot, cv)
-                else:
-                    pd = pv_
-                    dp = pdot
-                ds = vmul(pv_, vsub(dp, vsplat(dd[bh * nl + i])))
-                while cur < i // 1024:
-                    close_lanes(lk, wk, pk, cur, nch)
-                    close_lanes(lv, wv, pv, cur, nch)
-                    cur += 1
-                lane = i & 31
-                if whole:
-                    for x in range(ne):
-                        at = lane * wk + x * TILE
-                        vstore(lk, at, vadd(vload(lk, at), vmul(ds, vsplat(q[qo + x]))))
-                    for x in range(nev):
-                        at = lane * wv + x * TILE
-                        vstore(lv, at, vadd(vload(lv, at), vmul(pd, vsplat(do[oo + x]))))
-                    anyk[:] = ONE
-                else:
-                    fv = vload(flags, 0)
-                    for x in range(ne):
-                        at = lane * wk + x * TILE
-                        t = vkeep(fv, vmul(ds, vsplat(q[qo + x])))
-                        vstore(lk, at, vadd(vload(lk, at), t))
-                    for x in range(nev):
-                        at = lane * wv + x * TILE
-                        t = vkeep(fv, vmul(pd, vsplat(do[oo + x])))
-                        vstore(lv, at, vadd(vload(lv, at), t))
-                    for k in range(TILE):
-                        anyk[k] = ONE if flags[k] != ZERO else anyk[k]
-            while cur < nch:
-                close_lanes(lk, wk, pk, cur, nch)
-                close_lanes(lv, wv, pv, cur, nch)
-                cur += 1
+            i_first = max(g, jb) if causal else 0  # causal rows before see none of it
+            for c in range(nch):
+                # lane by lane (each lane's rows ascending, as its fold says): the lane's
+                # 32 x (E + Ev) accumulators stay in L1 while its rows are added
+                lo, hi = max(c * 1024, i_first), min(c * 1024 + 1024, nl)
+                for lane in range(32):
+                    for i in range(lo + (lane - lo) % 32, hi, 32):
+                        so = (bh * nl + i) * 2
+                        mx = stats[so]
+                        if mx == NEG_INF:  # an empty row adds nothing
+                            continue
+                        big_s = stats[so + 1]
+                        qo = (bh * nl + i) * ne
+                        oo = (bh * nl + i) * nev
+                        sv = vmul(vsplat(scale), tile_dots(q, qo, ne, kt, TILE, kto + g * ne,
+                                                           lanes, vparts))
+                        whole = (kind == 0 and g >= jb and g + TILE <= j1
+                                 and not (causal and g + TILE - 1 > i))
+                        if whole:
+                            flags[:] = ONE
+                        else:
+                            if tile_flags(mb, madd, kind, ms, causal, b, h, i, g, jb, j1, flags,
+                                          madds) == 0:
+                                continue
+                            if kind == 2:
+                                sv = vadd(sv, vload(madds, 0))
+                        ev, undecided = vexp_tile(vsub(sv, vsplat(mx)), vload(flags, 0))
+                        bad += undecided
+                        pdot = tile_dots(do, oo, nev, vt, TILE, vto + g * nev, lanes, vparts)
+                        pv_ = vdiv(ev, vsplat(big_s))  # grad_elem, lane by lane
+                        if dropout:
+                            tile_keep(k0, k1, stream, p, keep_scale, (bh * nl + i) * ns, g, j1, cs)
+                            cv = vload(cs, 0)
+                            pd = vmul(pv_, cv)
+                            dp = vmul(pdot, cv)
+                        else:
+                            pd = pv_
+                            dp = pdot
+                        ds = vmul(pv_, vsub(dp, vsplat(dd[bh * nl + i])))
+                        if whole:
+                            for x in range(ne):
+                                at = lane * wk + x * TILE
+                                vstore(lk, at, vadd(vload(lk, at), vmul(ds, vsplat(q[qo + x]))))
+                            for x in range(nev):
+                                at = lane * wv + x * TILE
+                                vstore(lv, at, vadd(vload(lv, at), vmul(pd, vsplat(do[oo + x]))))
+                            anyk[:] = ONE
+                        else:
+                            fv = vload(flags, 0)
+                            for x in range(ne):
+                                at = lane * wk + x * TILE
+                                t = vkeep(fv, vmul(ds, vsplat(q[qo + x])))
+                                vstore(lk, at, vadd(vload(lk, at), t))
+                            for x in range(nev):
+                                at = lane * wv + x * TILE
+                                t = vkeep(fv, vmul(pd, vsplat(do[oo + x])))
+                                vstore(lv, at, vadd(vload(lv, at), t))
+                            for k in range(TILE):
+                                anyk[k] = ONE if flags[k] != ZERO else anyk[k]
+                close_lanes(lk, wk, pk, c, nch)
+                close_lanes(lv, wv, pv, c, nch)
             for jj in range(max(jb - g, 0), min(TILE, j1 - g)):
                 ko = (bh * ns + g + jj) * ne
                 vo = (bh * ns + g + jj) * nev
@@ -210,8 +209,6 @@ def _backward_q(do, q, kt, vt, stats, dd, mb, madd, kind, ms, causal, scale, p, 
         lanes = np.empty(32 * 16, np.float32)
         vparts = np.empty(16 * ((max(ne, nev) + 1023) // 1024), np.float32)
         madds = np.empty(TILE, np.float32)
-        dbuf = np.empty(TILE, np.float32)
-        ebuf = np.empty(TILE, np.float32)
         cs = np.ones(TILE, np.float32)
         dsrow = np.empty(sp, np.float32)  # dS_ij of the row
         frow = np.empty(sp, np.float32)  # which keys take part (1.0)
@@ -246,10 +243,10 @@ def _backward_q(do, q, kt, vt, stats, dd, mb, madd, kind, ms, causal, scale, p, 
                     if kind == 2:
                         sv = vadd(sv, vload(madds, 0))
                 anyq = True
-                vstore(dbuf, 0, vsub(sv, vsplat(mx)))
-                bad += exp_tile(dbuf, ebuf, frow[g:g + TILE])
+                ev, undecided = vexp_tile(vsub(sv, vsplat(mx)), vload(frow, g))
+                bad += undecided
                 pdot = tile_dots(do, oo, nev, vt, TILE, vto + g * nev, lanes, vparts)
-                pv_ = vdiv(vload(ebuf, 0), vsplat(big_s))
+                pv_ = vdiv(ev, vsplat(big_s))
                 if dropout:
                     tile_keep(k0, k1, stream, p, keep_scale, (bh * nl + i) * ns, g, nsi, cs)
                     dp = vmul(pdot, vload(cs, 0))

@@ -1,5 +1,6 @@
-"""Row-wise weighted sums of the fused attention kernels (native/attention.py's forward o_i and
-native/attention_backward.py's dQ_i) with their fold lanes held in registers.
+"""Vector pieces of the fused attention kernels (native/attention.py, native/attention_backward.py)
+with their fold lanes held in registers: the tiles' dot products and expf, and the row-wise
+weighted sums (the forward's o_i, the backward's dQ_i).
 
 A row's fold over keys j of w_j * t_j[x] (t: the transposed tiles, 16 keys along a row) keeps
 32 lanes, lane j mod 32, closed by the butterfly at each 1024-key chunk. Tile g holds lanes
@@ -8,6 +9,10 @@ A row's fold over keys j of w_j * t_j[x] (t: the transposed tiles, 16 keys along
 j, keeping those eight vectors in registers instead of loading and storing the 32 x width lane
 array at every tile. The terms and their order in each lane are the contract's (clause 13's
 o_i[d], clause 15's dQ_i[e]); only the loop nest differs.
+
+`dots32` makes the 16 dot products of a tile of keys with their 32 lanes in registers.
+`row_sums2` makes two rows' folds over one t, loading each vector of t once for both (the
+row kernels are bound by streaming t). `vexp_tile` is the tiles' expf (native/vexp.py).
 
 A position that does not take part adds -0.0 to its lane (`vkeep` selects the product, never
 the weight: -0.0 * v would be +-0 or NaN), so a tile with any such key is masked by its flags.
@@ -23,16 +28,19 @@ whatever the coordinate grouping.
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import njit
 from numba.core.extending import intrinsic
 
 from .fold import NEG_ZERO
-from .simd import vadd, vbutterfly, vload, vmul, vsplat
+from .simd import vadd, vall, vbutterfly, veq, vload, vmul, vor, vsplat
 from .simd import vec as _vec
+from .vexp import vexp_any
 
 _jit = njit(inline="always", error_model="numpy")
 TILE = 16
+ZERO = np.float32(0.0)
 _V = ir.VectorType(ir.FloatType(), TILE)
 
 
@@ -63,9 +71,62 @@ def vmax_nan(typingctx, m, s):
 
 
 @_jit
+def _lanes8(x, xo, n, t, ld, col, l0):
+    """Lanes l0 .. l0 + 7 of the fold over e < n (n a multiple of 32, at most 1024) of
+    x[xo + e] * t[e * ld + col + k], 16 k at once: one loop over the rows of 32 whose body is
+    the eight lanes' terms (no loop per lane)."""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = vsplat(NEG_ZERO)
+    for r in range(l0, n, 32):
+        a0 = vadd(a0, vmul(vsplat(x[xo + r]), vload(t, r * ld + col)))
+        a1 = vadd(a1, vmul(vsplat(x[xo + r + 1]), vload(t, (r + 1) * ld + col)))
+        a2 = vadd(a2, vmul(vsplat(x[xo + r + 2]), vload(t, (r + 2) * ld + col)))
+        a3 = vadd(a3, vmul(vsplat(x[xo + r + 3]), vload(t, (r + 3) * ld + col)))
+        a4 = vadd(a4, vmul(vsplat(x[xo + r + 4]), vload(t, (r + 4) * ld + col)))
+        a5 = vadd(a5, vmul(vsplat(x[xo + r + 5]), vload(t, (r + 5) * ld + col)))
+        a6 = vadd(a6, vmul(vsplat(x[xo + r + 6]), vload(t, (r + 6) * ld + col)))
+        a7 = vadd(a7, vmul(vsplat(x[xo + r + 7]), vload(t, (r + 7) * ld + col)))
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@_jit
+def dots32(x, xo, n, t, ld, col):
+    """native/attention.py's `tile_dots` for n a multiple of 32 up to 1024, in registers:
+    lanes 0-7 and 16-23 make level 16's lanes 0-7, lanes 8-15 and 24-31 its lanes 8-15, then
+    levels 8, 4, 2, 1 (each addition a[l] + a[l + off], operands in the tree's order)."""
+    p0, p1, p2, p3, p4, p5, p6, p7 = _lanes8(x, xo, n, t, ld, col, 0)
+    r0, r1, r2, r3, r4, r5, r6, r7 = _lanes8(x, xo, n, t, ld, col, 16)
+    p0, p1, p2, p3 = vadd(p0, r0), vadd(p1, r1), vadd(p2, r2), vadd(p3, r3)
+    p4, p5, p6, p7 = vadd(p4, r4), vadd(p5, r5), vadd(p6, r6), vadd(p7, r7)
+    q0, q1, q2, q3, q4, q5, q6, q7 = _lanes8(x, xo, n, t, ld, col, 8)
+    r0, r1, r2, r3, r4, r5, r6, r7 = _lanes8(x, xo, n, t, ld, col, 24)
+    q0, q1, q2, q3 = vadd(q0, r0), vadd(q1, r1), vadd(q2, r2), vadd(q3, r3)
+    q4, q5, q6, q7 = vadd(q4, r4), vadd(q5, r5), vadd(q6, r6), vadd(q7, r7)
+    p0, p1, p2, p3 = vadd(p0, q0), vadd(p1, q1), vadd(p2, q2), vadd(p3, q3)  # level 8
+    p4, p5, p6, p7 = vadd(p4, q4), vadd(p5, q5), vadd(p6, q6), vadd(p7, q7)
+    p0, p1, p2, p3 = vadd(p0, p4), vadd(p1, p5), vadd(p2, p6), vadd(p3, p7)  # level 4
+    p0, p1 = vadd(p0, p2), vadd(p1, p3)  # level 2
+    return vadd(p0, p1)
+
+
+@_jit
+def vexp_tile(d, f):
+    """(e, undecided): e = expf(d) lane by lane (native/vexp.py, exp_any's bits), and whether a
+    lane whose flag in f is nonzero (takes part) left its value undecided."""
+    e, ok = vexp_any(d)
+    return e, not vall(vor(ok, veq(f, vsplat(ZERO))))
+
+
+@_jit
 def _term(acc, w, t, at, f, whole):
     """acc + w * t[at..] (the product masked by f unless the tile is whole)."""
     p = vmul(w, vload(t, at))
+    return vadd(acc, p) if whole else vadd(acc, vkeep(f, p))
+
+
+@_jit
+def _mac(acc, w, tv, f, whole):
+    """acc + w * tv (the product masked by f unless the tile is whole): `_term` on a loaded t."""
+    p = vmul(w, tv)
     return vadd(acc, p) if whole else vadd(acc, vkeep(f, p))
 
 
@@ -111,6 +172,59 @@ def row_sums(w, f, whole, t, to, width, n, nch, parts):
                     b0 = _term(b0, vload(w, h), t, to + h * width + x * TILE, vload(f, h),
                                whole[h // TILE])
             parts[x * nch + c] = vbutterfly(a0, b0)
+            x += 1
+
+
+@_jit
+def row_sums2(w0, f0, wh0, w1, f1, wh1, t, to, width, n, nch, parts0, parts1):
+    """`row_sums` of two rows over one t (each row's w, f, whole and parts), n the longer row's
+    key count (the other's flags 0.0 past its own): each vector of t is loaded once for both
+    rows, which halves the stream of t, the kernels' bound. Every lane's terms and order are
+    the two `row_sums` calls'."""
+    for c in range(nch):
+        g0 = c * 1024
+        g1 = min(g0 + 1024, n)
+        x = 0
+        while x + 2 <= width:
+            a0 = a1 = a2 = a3 = vsplat(NEG_ZERO)  # row 0: coordinate x, x + 1; row 1: the same
+            b0 = b1 = b2 = b3 = vsplat(NEG_ZERO)
+            for g in range(g0, g1, 2 * TILE):
+                at = to + g * width + x * TILE
+                t0, t1 = vload(t, at), vload(t, at + TILE)
+                u, fu, whu = vload(w0, g), vload(f0, g), wh0[g // TILE]
+                v, fv, whv = vload(w1, g), vload(f1, g), wh1[g // TILE]
+                a0 = _mac(a0, u, t0, fu, whu)
+                a1 = _mac(a1, u, t1, fu, whu)
+                a2 = _mac(a2, v, t0, fv, whv)
+                a3 = _mac(a3, v, t1, fv, whv)
+                h = g + TILE
+                if h < g1:
+                    at = to + h * width + x * TILE
+                    t0, t1 = vload(t, at), vload(t, at + TILE)
+                    u, fu, whu = vload(w0, h), vload(f0, h), wh0[h // TILE]
+                    v, fv, whv = vload(w1, h), vload(f1, h), wh1[h // TILE]
+                    b0 = _mac(b0, u, t0, fu, whu)
+                    b1 = _mac(b1, u, t1, fu, whu)
+                    b2 = _mac(b2, v, t0, fv, whv)
+                    b3 = _mac(b3, v, t1, fv, whv)
+            parts0[x * nch + c] = vbutterfly(a0, b0)
+            parts0[(x + 1) * nch + c] = vbutterfly(a1, b1)
+            parts1[x * nch + c] = vbutterfly(a2, b2)
+            parts1[(x + 1) * nch + c] = vbutterfly(a3, b3)
+            x += 2
+        while x < width:
+            a0 = a2 = b0 = b2 = vsplat(NEG_ZERO)
+            for g in range(g0, g1, 2 * TILE):
+                t0 = vload(t, to + g * width + x * TILE)
+                a0 = _mac(a0, vload(w0, g), t0, vload(f0, g), wh0[g // TILE])
+                a2 = _mac(a2, vload(w1, g), t0, vload(f1, g), wh1[g // TILE])
+                h = g + TILE
+                if h < g1:
+                    t0 = vload(t, to + h * width + x * TILE)
+                    b0 = _mac(b0, vload(w0, h), t0, vload(f0, h), wh0[h // TILE])
+                    b2 = _mac(b2, vload(w1, h), t0, vload(f1, h), wh1[h // TILE])
+            parts0[x * nch + c] = vbutterfly(a0, b0)
+            parts1[x * nch + c] = vbutterfly(a2, b2)
             x += 1
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .attention import POS_INF, ZERO
 from .crmath import (E2, E3, E4, E5, E6, ERR, EXP2_32, EXP_HUGE, EXP_TINY, INV_LN2_32, LN2_32_HI,
                      LN2_32_LO, ONE, SHIFTER)
 from .simd import (vadd, vall, vand, vbits, vfrombits, veq, vge, vgather, vgt, vlt, vmul, vnarrow,
@@ -37,6 +36,8 @@ _jit = njit(inline="always", error_model="numpy")
 SHIFTER_BITS = np.int64(np.float64(SHIFTER).view(np.int64))
 ONE_BITS = np.int64(np.float64(1.0).view(np.int64))  # 1023 * 2^52
 J_MASK = np.int64(31)
+POS_INF = np.float32(np.inf)
+ZERO = np.float32(0.0)
 Q_SHIFT = np.int64(47)  # (k - j) * 2^47 = q * 2^52
 
 
