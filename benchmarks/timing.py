@@ -1,15 +1,40 @@
 """Timing and memory helpers shared by the benchmark scripts (run them from the repository root)."""
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import time
 import tracemalloc
 
 import mojolike
 
 
-def best_of(fn, repeat: int) -> float:
-    """The best wall time of `repeat` calls of fn, after one warm call (compile, build, first touch)."""
-    fn()
+def keep_freed_memory() -> str:
+    """Tell glibc's malloc to keep what is freed (no trimming, no mmap for blocks below 1 GiB),
+    for the whole process, so neither side of a comparison pays fresh pages on every call; a
+    line saying what was done, for the script to print.
+
+    Why: a call that allocates and frees tens of MB (outputs, gradients) gets fresh pages
+    from the kernel on every call once glibc trims the heap top or maps the block, and which
+    of them happens turns on a few bytes of other allocations. On a VM fresh pages are dear
+    (a 25 MB softmax output: ~150 ms of page faults against a 6 ms kernel, Xeon model 167),
+    so the same script measured softmax at 1.4x and at 55x torch from run to run."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        ok = libc.mallopt(-1, ctypes.c_int(2**31 - 1)) == 1  # M_TRIM_THRESHOLD
+        ok &= libc.mallopt(-3, ctypes.c_int(1 << 30)) == 1  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        ok = False
+    return ("allocator: glibc keeps freed memory (M_TRIM_THRESHOLD 2^31-1, M_MMAP_THRESHOLD 1 GiB)"
+            if ok else "allocator: as the process found it (mallopt not available)")
+
+
+def best_of(fn, repeat: int, warm: int = 1) -> float:
+    """The best wall time of `repeat` calls of fn, after `warm` calls (compile, build, first
+    touch)."""
+    for _ in range(warm):
+        fn()
     times = []
     for _ in range(repeat):
         t = time.perf_counter()

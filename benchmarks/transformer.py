@@ -12,7 +12,8 @@ the kernels), against torch's forward + backward on the same data:
 - matmul (48, 1024, 64) @ (48, 64, 1024), forward only (target <= 2.5x).
 Then torch's run-to-run and batch-size variation beside ours: the bits of sequence 0's
 attention output alone and inside batches of 2, 3 and 4, and of two identical calls.
-Best-of-`repeat` times after a warm call; quote ratios from one run, with the CPU model
+Best-of-`repeat` times after a warm call, with glibc told to keep freed memory for both sides
+(timing.keep_freed_memory); quote ratios from one run, with the CPU model
 and load average it prints. Not a test.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ import platform
 import numpy as np
 import torch
 import torch.nn.functional as F
-from timing import best_of
+from timing import best_of, keep_freed_memory
 
 import mojolike
 
@@ -129,6 +130,7 @@ def main() -> None:
     p.add_argument("--only", default="softmax,layer_norm,attention,attention-long,matmul,variation")
     args = p.parse_args()
     import numba
+    print(keep_freed_memory())
     print(f"cpu: {cpu_model()} ({os.cpu_count()} cpus); numba threads {numba.get_num_threads()}, "
           f"torch threads {torch.get_num_threads()}, torch {torch.__version__}; backend "
           f"{args.backend}; load average {os.getloadavg()[0]:.2f}")
