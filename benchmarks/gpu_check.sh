@@ -8,7 +8,7 @@
 #   run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=560)
 # The tool sends the working tree, uncommitted edits included: to certify a commit while work
 # is in progress, send a clean copy of it (ignored by git) and run the script there:
-#   git archive HEAD | tar -x -C .gpu-head      (once .gpu-head/ is in .git/info/exclude)
+#   mkdir .gpu-head && git archive HEAD | tar -x -C .gpu-head   (.gpu-head/, .whl/: .gitignore)
 #   run(command="cd .gpu-head && MOJOLIKE_GPU_WHEELS=$PWD/../.whl bash benchmarks/gpu_check.sh",
 #       carry=[".whl", ".gpu-head"], timeout_s=560)
 # $OUT (default ./gpu-out) gets four files:
