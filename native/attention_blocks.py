@@ -117,17 +117,37 @@ def vexp_tile(d, f):
 
 
 @_jit
-def _term(acc, w, t, at, f, whole):
-    """acc + w * t[at..] (the product masked by f unless the tile is whole)."""
-    p = vmul(w, vload(t, at))
+def _mac(acc, w, tv, f, whole):
+    """acc + w * tv (the product masked by f unless the tile is whole)."""
+    p = vmul(w, tv)
     return vadd(acc, p) if whole else vadd(acc, vkeep(f, p))
 
 
 @_jit
-def _mac(acc, w, tv, f, whole):
-    """acc + w * tv (the product masked by f unless the tile is whole): `_term` on a loaded t."""
-    p = vmul(w, tv)
-    return vadd(acc, p) if whole else vadd(acc, vkeep(f, p))
+def _term(acc, w, t, at, f, whole):
+    """acc + w * t[at..]: `_mac` on the loaded vector."""
+    return _mac(acc, w, vload(t, at), f, whole)
+
+
+@_jit
+def _tile2(acc, t, at, w0, f0, wh0, w1, f1, wh1, g):
+    """acc = (row 0 at coordinates x, x + 1; row 1 at the same) plus tile g's terms, the two
+    vectors of t at `at` loaded once for both rows."""
+    a0, a1, a2, a3 = acc
+    t0, t1 = vload(t, at), vload(t, at + TILE)
+    u, fu, whu = vload(w0, g), vload(f0, g), wh0[g // TILE]
+    v, fv, whv = vload(w1, g), vload(f1, g), wh1[g // TILE]
+    return (_mac(a0, u, t0, fu, whu), _mac(a1, u, t1, fu, whu), _mac(a2, v, t0, fv, whv),
+            _mac(a3, v, t1, fv, whv))
+
+
+@_jit
+def _tile1(acc, t, at, w0, f0, wh0, w1, f1, wh1, g):
+    """`_tile2` for one coordinate: acc = (row 0, row 1)."""
+    a0, a2 = acc
+    t0 = vload(t, at)
+    return (_mac(a0, vload(w0, g), t0, vload(f0, g), wh0[g // TILE]),
+            _mac(a2, vload(w1, g), t0, vload(f1, g), wh1[g // TILE]))
 
 
 @_jit
@@ -186,45 +206,29 @@ def row_sums2(w0, f0, wh0, w1, f1, wh1, t, to, width, n, nch, parts0, parts1):
         g1 = min(g0 + 1024, n)
         x = 0
         while x + 2 <= width:
-            a0 = a1 = a2 = a3 = vsplat(NEG_ZERO)  # row 0: coordinate x, x + 1; row 1: the same
-            b0 = b1 = b2 = b3 = vsplat(NEG_ZERO)
+            z = vsplat(NEG_ZERO)
+            a = (z, z, z, z)  # lanes 0-15 of row 0 at x, x + 1 and of row 1 at x, x + 1
+            b = a  # their lanes 16-31
             for g in range(g0, g1, 2 * TILE):
-                at = to + g * width + x * TILE
-                t0, t1 = vload(t, at), vload(t, at + TILE)
-                u, fu, whu = vload(w0, g), vload(f0, g), wh0[g // TILE]
-                v, fv, whv = vload(w1, g), vload(f1, g), wh1[g // TILE]
-                a0 = _mac(a0, u, t0, fu, whu)
-                a1 = _mac(a1, u, t1, fu, whu)
-                a2 = _mac(a2, v, t0, fv, whv)
-                a3 = _mac(a3, v, t1, fv, whv)
+                a = _tile2(a, t, to + g * width + x * TILE, w0, f0, wh0, w1, f1, wh1, g)
                 h = g + TILE
                 if h < g1:
-                    at = to + h * width + x * TILE
-                    t0, t1 = vload(t, at), vload(t, at + TILE)
-                    u, fu, whu = vload(w0, h), vload(f0, h), wh0[h // TILE]
-                    v, fv, whv = vload(w1, h), vload(f1, h), wh1[h // TILE]
-                    b0 = _mac(b0, u, t0, fu, whu)
-                    b1 = _mac(b1, u, t1, fu, whu)
-                    b2 = _mac(b2, v, t0, fv, whv)
-                    b3 = _mac(b3, v, t1, fv, whv)
-            parts0[x * nch + c] = vbutterfly(a0, b0)
-            parts0[(x + 1) * nch + c] = vbutterfly(a1, b1)
-            parts1[x * nch + c] = vbutterfly(a2, b2)
-            parts1[(x + 1) * nch + c] = vbutterfly(a3, b3)
+                    b = _tile2(b, t, to + h * width + x * TILE, w0, f0, wh0, w1, f1, wh1, h)
+            parts0[x * nch + c] = vbutterfly(a[0], b[0])
+            parts0[(x + 1) * nch + c] = vbutterfly(a[1], b[1])
+            parts1[x * nch + c] = vbutterfly(a[2], b[2])
+            parts1[(x + 1) * nch + c] = vbutterfly(a[3], b[3])
             x += 2
         while x < width:
-            a0 = a2 = b0 = b2 = vsplat(NEG_ZERO)
+            z = vsplat(NEG_ZERO)
+            a1, b1 = (z, z), (z, z)
             for g in range(g0, g1, 2 * TILE):
-                t0 = vload(t, to + g * width + x * TILE)
-                a0 = _mac(a0, vload(w0, g), t0, vload(f0, g), wh0[g // TILE])
-                a2 = _mac(a2, vload(w1, g), t0, vload(f1, g), wh1[g // TILE])
+                a1 = _tile1(a1, t, to + g * width + x * TILE, w0, f0, wh0, w1, f1, wh1, g)
                 h = g + TILE
                 if h < g1:
-                    t0 = vload(t, to + h * width + x * TILE)
-                    b0 = _mac(b0, vload(w0, h), t0, vload(f0, h), wh0[h // TILE])
-                    b2 = _mac(b2, vload(w1, h), t0, vload(f1, h), wh1[h // TILE])
-            parts0[x * nch + c] = vbutterfly(a0, b0)
-            parts1[x * nch + c] = vbutterfly(a2, b2)
+                    b1 = _tile1(b1, t, to + h * width + x * TILE, w0, f0, wh0, w1, f1, wh1, h)
+            parts0[x * nch + c] = vbutterfly(a1[0], b1[0])
+            parts1[x * nch + c] = vbutterfly(a1[1], b1[1])
             x += 1
 
 
