@@ -30,11 +30,9 @@ def keep_freed_memory() -> str:
             if ok else "allocator: as the process found it (mallopt not available)")
 
 
-def best_of(fn, repeat: int, warm: int = 1) -> float:
-    """The best wall time of `repeat` calls of fn, after `warm` calls (compile, build, first
-    touch)."""
-    for _ in range(warm):
-        fn()
+def best_of(fn, repeat: int) -> float:
+    """The best wall time of `repeat` calls of fn, after one warm call (compile, build, first touch)."""
+    fn()
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
