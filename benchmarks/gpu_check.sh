@@ -24,7 +24,10 @@
 # NUMBA_ENABLE_CUDASIM=1, since the simulator hides the GPU from `cuda`); MOJOLIKE_GPU_BUDGET_S
 # (480); MOJOLIKE_GPU_SLOWER (1: every phase's limit times this); MOJOLIKE_GPU_JOBS (suites
 # certified at once: the CPU count less 2, at most 10); MOJOLIKE_GPU_INSTALL (pip; tree skips pip);
-# MOJOLIKE_GPU_SUITES (every suite of mojolike's list; a rehearsal may name fewer).
+# MOJOLIKE_GPU_SUITES (every suite of mojolike's list; a rehearsal may name fewer);
+# MOJOLIKE_GPU_SKIP (phases not to run: any of ptx-lint kernel-tests bench-fold);
+# MOJOLIKE_GPU_PROFILE (suites to profile beside the certify phase, benchmarks/profile_suite.py:
+# $OUT/profile-<suite>.txt).
 # Rehearse it with no network and no GPU: bash benchmarks/gpu_rehearsal.sh.
 set -uo pipefail
 SELF=$(realpath "$0")
@@ -178,25 +181,43 @@ else
     echo "certify: not run, mojolike's suite list did not import" >> "$WORK/phases"
     certify_pid=""
 fi
-phase ptx-lint 240 env -u NUMBA_ENABLE_CUDASIM MOJOLIKE_REQUIRE_PTX_LINT=1 \
-    "$PY" -m pytest -q -p no:cacheprovider tests/test_ptx_lint.py &
-lint_pid=$!
-phase kernel-tests 240 bash "$SELF" --kernel-tests &
-kernels_pid=$!
-certify=1
+skipped() { [[ " ${MOJOLIKE_GPU_SKIP-} " == *" $1 "* ]] && echo "$1: skipped (MOJOLIKE_GPU_SKIP)" >> "$WORK/phases"; }
+lint_pid="" kernels_pid="" profile_pids=()
+if ! skipped ptx-lint; then
+    phase ptx-lint 240 env -u NUMBA_ENABLE_CUDASIM MOJOLIKE_REQUIRE_PTX_LINT=1 \
+        "$PY" -m pytest -q -p no:cacheprovider tests/test_ptx_lint.py &
+    lint_pid=$!
+fi
+if ! skipped kernel-tests; then
+    phase kernel-tests 240 bash "$SELF" --kernel-tests &
+    kernels_pid=$!
+fi
+for s in ${MOJOLIKE_GPU_PROFILE-}; do
+    phase "profile-$s" 400 "$PY" benchmarks/profile_suite.py "$s" --backend "$BACKEND" &
+    profile_pids+=($!)
+done
+certify=1 lint=0 kernels=0
 [ -n "$certify_pid" ] && { wait "$certify_pid"; certify=$?; }
-wait "$lint_pid"; lint=$?
-wait "$kernels_pid"; kernels=$?
+[ -n "$lint_pid" ] && { wait "$lint_pid"; lint=$?; }
+[ -n "$kernels_pid" ] && { wait "$kernels_pid"; kernels=$?; }
+for p in "${profile_pids[@]}"; do wait "$p"; done
+for s in ${MOJOLIKE_GPU_PROFILE-}; do
+    cp "$WORK/log-profile-$s" "$OUT/profile-$s.txt" 2>/dev/null
+done
 keep "$WORK/log-certify"
 for s in $SUITES; do
     [ -f "$WORK/certify-$s.log" ] && { echo "--- certify $s"; cat "$WORK/certify-$s.log"; } >> "$LOG"
 done
-keep "$WORK/log-ptx-lint" "$WORK/log-kernel-tests"
+keep "$WORK/log-ptx-lint" "$WORK/log-kernel-tests" "$WORK"/log-profile-*
 
-if [ "$BACKEND" = cuda ]; then BENCH=(); else BENCH=(--backends "cpu-numba,$BACKEND" --n 4096 --repeat 1 --rounds 1); fi
-phase bench-fold 60 env PYTHONPATH="benchmarks${PYTHONPATH:+:$PYTHONPATH}" \
-    "$PY" benchmarks/fold.py "${BENCH[@]}"
-cp "$WORK/log-bench-fold" "$OUT/bench_fold.txt" 2>/dev/null || echo "bench-fold: not run" > "$OUT/bench_fold.txt"
-keep "$WORK/log-bench-fold"
+if skipped bench-fold; then
+    echo "bench-fold: skipped (MOJOLIKE_GPU_SKIP)" > "$OUT/bench_fold.txt"
+else
+    if [ "$BACKEND" = cuda ]; then BENCH=(); else BENCH=(--backends "cpu-numba,$BACKEND" --n 4096 --repeat 1 --rounds 1); fi
+    phase bench-fold 60 env PYTHONPATH="benchmarks${PYTHONPATH:+:$PYTHONPATH}" \
+        "$PY" benchmarks/fold.py "${BENCH[@]}"
+    cp "$WORK/log-bench-fold" "$OUT/bench_fold.txt" 2>/dev/null || echo "bench-fold: not run" > "$OUT/bench_fold.txt"
+    keep "$WORK/log-bench-fold"
+fi
 
 [ -n "$HOW" ] && [ "$certify" -eq 0 ] && [ "$lint" -eq 0 ] && [ "$kernels" -eq 0 ]
