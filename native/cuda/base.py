@@ -15,6 +15,8 @@ helpers pick never reaches the bits.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from numba import cuda
 
@@ -62,9 +64,40 @@ def device_details() -> dict:
     return out
 
 
+class Jitted:
+    """A family's kernels by name, each compiled when first asked for: numba-cuda compiles an
+    explicit signature at once, and a family's whole table costs seconds per kernel on the
+    host (inlining the crmath pieces), most of which a process never launches.
+
+    The compiled kernel is the one an eager table would hold (same function, signature,
+    options), so the bits do not depend on when it was compiled."""
+
+    def __init__(self, table: dict, cache: bool):
+        self._table, self._cache, self._done = table, cache, {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, name: str):
+        k = self._done.get(name)
+        if k is None:
+            fn, sig = self._table[name]  # an unknown name is a KeyError, as from a dict
+            with self._lock:
+                k = self._done.get(name)
+                if k is None:
+                    k = self._done[name] = cuda.jit(sig, cache=self._cache)(fn)
+        return k
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._table
+
+    def compiled(self) -> list[str]:
+        """The names compiled so far."""
+        return sorted(self._done)
+
+
 class CudaBase:
     """A family's kernel set on an NVIDIA GPU (or the simulator): `KERNELS` jitted into
-    `self._k`, every numeric mode running the rn kernels (they keep the strongest promise)."""
+    `self._k` on first use, every numeric mode running the rn kernels (they keep the strongest
+    promise)."""
 
     KERNELS: dict = {}  # name -> (python function, signature)
     CACHE = False  # numba's on-disk cache for the jitted kernels
@@ -72,7 +105,7 @@ class CudaBase:
     def __init__(self, mode: str):
         self.backend = BACKEND
         self.numeric_mode = mode
-        self._k = {name: cuda.jit(sig, cache=self.CACHE)(fn) for name, (fn, sig) in self.KERNELS.items()}
+        self._k = Jitted(self.KERNELS, self.CACHE)
         self.details = device_details()
 
     def _launch(self, name, blocks, args, writes=()):
