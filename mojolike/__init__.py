@@ -11,7 +11,11 @@ np.float32(0.75)
 from . import math, random
 from .core.refusals import BackendUnavailable, Refusal
 from .core.registry import backend_used, backends, numeric_mode_used
-from .ops.attention import scaled_dot_product_attention, scaled_dot_product_attention_backward
+from .ops.attention import (
+    AttentionSaved,
+    scaled_dot_product_attention,
+    scaled_dot_product_attention_backward,
+)
 from .ops.fold import dot, fold, sumsq
 from .ops.head import chunked_lm_head_loss
 from .ops.layers import (
@@ -63,6 +67,7 @@ __all__ = [
     "rms_norm_backward", "save_state", "sumsq", "Tape",
     "gelu", "gelu_backward", "layer_norm", "layer_norm_backward", "log_softmax",
     "log_softmax_backward", "matmul", "matmul_backward", "mean",
-    "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "softmax",
+    "AttentionSaved", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
+    "softmax",
     "softmax_backward", "sum",
 ]

@@ -152,6 +152,63 @@ def take_stream(call: Call, generator, stream) -> Call:
     return Call(*call.args()[:-1], s)
 
 
+class AttentionSaved:
+    """What `scaled_dot_product_attention(..., return_saved=True)` keeps for its backward:
+    private copies of the call's inputs (query, key, value, mask and options as the kernels
+    took them), its output and its row statistics (max and sum of each row's exps).
+
+    `scaled_dot_product_attention_backward(..., saved=s)` runs only the backward's passes
+    from them instead of running the forward again. Reproducibility: the statistics are the
+    forward's bits on every backend (clause 14), so the gradients are the same bits either
+    way; the backward compares its arguments with the copies bit for bit and refuses
+    `saved` by name when any differs. Holding one costs the inputs' and the output's memory
+    again (copies, so that changes to the caller's arrays cannot reach it).
+
+    >>> import numpy as np, mojolike
+    >>> q = np.float32([[[[1, 0], [0, 1]]]]); g = np.float32([[[[1, 0], [0, 1]]]])
+    >>> o, saved = mojolike.scaled_dot_product_attention(q, q, q, is_causal=True, return_saved=True)
+    >>> dq, dk, dv = mojolike.scaled_dot_product_attention_backward(g, q, q, q, is_causal=True, saved=saved)
+    >>> dv.tolist() == mojolike.scaled_dot_product_attention_backward(g, q, q, q, is_causal=True)[2].tolist()
+    True
+    """
+
+    __slots__ = ("_call", "_o", "_stats")
+
+    def __init__(self, call: Call, o: np.ndarray, stats: np.ndarray):
+        self._call = Call(*(a.copy() if isinstance(a, np.ndarray) else a for a in call.args()))
+        self._o, self._stats = o.copy(), stats
+
+    def __repr__(self) -> str:
+        c = self._call
+        return (f"AttentionSaved(query {c.q.shape}, key {c.k.shape}, value {c.v.shape}, "
+                f"causal={c.causal}, dropout_p={float(c.p)})")
+
+
+_CALL_FIELDS = ("query", "key", "value", "attn_mask", "attn_mask", "attn_mask", "attn_mask",
+                "is_causal", "scale", "dropout_p", "dropout_p", "generator", "generator", "stream")
+
+
+def _same_bits(a, b) -> bool:
+    if isinstance(a, np.ndarray):
+        return (a.shape == b.shape and a.dtype == b.dtype
+                and np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)))
+    return np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+def from_saved(entry: str, saved, call: Call) -> AttentionSaved:
+    """`saved` when it was made by the forward of this very call (every argument the same
+    bits), else a refusal naming the first argument that differs."""
+    if not isinstance(saved, AttentionSaved):
+        refuse(entry, "saved", "must be the AttentionSaved that scaled_dot_product_attention("
+                               "..., return_saved=True) returned", value=saved)
+    for name, mine, theirs in zip(_CALL_FIELDS, call.args(), saved._call.args()):
+        if not _same_bits(mine, theirs):
+            refuse(entry, "saved", f"was made by a forward with a different {name}; the saved "
+                                   f"statistics belong to that call (pass that call's {name}, or "
+                                   f"leave saved out and the backward runs the forward again)")
+    return saved
+
+
 def _oracle_inputs(call: Call):
     """The oracle's view of a call's mask and dropout: nested lists and the keep scale."""
     kind = call.mask_kind
@@ -252,8 +309,8 @@ def _agree(entry: str, k, flagged: int, redone: int) -> None:
 @entry_point("mojolike.scaled_dot_product_attention")
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False, generator=None,
-                                 stream=None, *, backend=None, numeric_mode=None, entry,
-                                 **unknown) -> np.ndarray:
+                                 stream=None, *, return_saved=False, backend=None,
+                                 numeric_mode=None, entry, **unknown):
     """torch's F.scaled_dot_product_attention on query (B, H, L, E), key (B, H, S, E),
     value (B, H, S, Ev); returns (B, H, L, Ev).
 
@@ -263,6 +320,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     `mojolike.Generator`: the call uses its next stream (or `stream=`), and the
     probability (b, h, i, j) is kept when the uniform at stream position
     ((b H + h) L + i) S + j is >= p. A row with no taking-part key is +0.0.
+
+    return_saved: True returns (output, saved), an `AttentionSaved` that
+    `scaled_dot_product_attention_backward(..., saved=saved)` takes so as not to run the
+    forward again (the call's stream is in it: pass the same stream to the backward).
 
     Reproducibility: the unfused composition's bits (contracts/transformer.md clauses
     10-14) on every backend, thread count and block size; a sequence's output never
@@ -283,21 +344,26 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                       backend, numeric_mode)
     call, gen, st = check_call(entry, query, key, value, attn_mask, dropout_p, is_causal, scale,
                            enable_gqa, generator, stream, backward=False)
+    keep = checks.switch(entry, "return_saved", return_saved)
     k = registry.kernels(entry, FAMILY, backend, numeric_mode)
     call = take_stream(call, gen, st)
-    return forward(entry, call, k.backend, k.numeric_mode)[0]
+    o, stats, _ = forward(entry, call, k.backend, k.numeric_mode)
+    return (o, AttentionSaved(call, o, stats)) if keep else o
 
 
 @entry_point("mojolike.scaled_dot_product_attention_backward")
 def scaled_dot_product_attention_backward(grad_out, query, key, value, attn_mask=None,
                                           dropout_p=0.0, is_causal=False, scale=None,
                                           enable_gqa=False, generator=None, stream=None, *,
-                                          backend=None, numeric_mode=None, entry, **unknown):
+                                          saved=None, backend=None, numeric_mode=None, entry,
+                                          **unknown):
     """(dq, dk, dv) of `scaled_dot_product_attention` with the same arguments for grad_out
     (B, H, L, Ev); with dropout, the forward's generator and `stream=` (its stream).
 
     Reproducibility: as the forward (clause 15): dV, dP, dS, dQ and dK each a fold over a
-    stated index in ascending order; no gradient flows to a float mask.
+    stated index in ascending order; no gradient flows to a float mask. With `saved` (the
+    forward's `return_saved=True`) the forward is not run again and the gradients are the
+    same bits; `saved` from a call with any other argument is refused by name.
 
     Low precision: query, key and value of one low type (grad_out float32, as a low-precision
     forward's gradients are) give the float32 op's gradients on the widened inputs.
@@ -317,8 +383,12 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, attn_mask
     want = call.q.shape[:3] + (call.v.shape[3],)
     if g.shape != want:
         refuse(entry, "grad_out", f"has shape {g.shape}; the attention output is {want}")
-    o, stats, k = forward(entry, call, backend, numeric_mode)
-    return backward(entry, call, g, o, stats, k)
+    if saved is None:
+        o, stats, k = forward(entry, call, backend, numeric_mode)
+        return backward(entry, call, g, o, stats, k)
+    s = from_saved(entry, saved, call)
+    k = registry.kernels(entry, FAMILY, backend, numeric_mode)
+    return backward(entry, s._call, g, s._o, s._stats, k)
 
 
-__all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward"]
+__all__ = ["AttentionSaved", "scaled_dot_product_attention", "scaled_dot_product_attention_backward"]

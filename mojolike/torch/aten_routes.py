@@ -18,6 +18,8 @@ True
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import torch
 
@@ -280,20 +282,33 @@ def sdpa_fwd(m, args, kwargs):
     dropout_p = args[3] if len(args) > 3 else kwargs.get("dropout_p", 0.0)
     causal = args[4] if len(args) > 4 else kwargs.get("is_causal", False)
     mask, scale = _sdpa_opts(name, dropout_p, kwargs)
-    o = scaled_dot_product_attention(as_np(q), as_np(k), as_np(v), mask, 0.0, bool(causal),
-                                     scale, **_kw(m))
-    # aten's logsumexp is saved for aten's backward only; the certified backward recomputes
-    # the forward, so it is not computed: NaN, so that a program reading it cannot miss it.
+    o, saved = scaled_dot_product_attention(as_np(q), as_np(k), as_np(v), mask, 0.0,
+                                            bool(causal), scale, return_saved=True, **_kw(m))
+    # aten's logsumexp is saved for aten's backward only, which is not run: NaN, so that a
+    # program reading it cannot miss it. It is the key to this forward's AttentionSaved, which
+    # lives while autograd keeps the tensor; the backward's own check of every argument
+    # against the saved copies is what makes using it sound.
     lse = torch.full(tuple(q.shape[:3]), float("nan"), dtype=torch.float32)
+    key = id(lse)
+    _saved[key] = (weakref.ref(lse, lambda _: _saved.pop(key, None)), saved)
     return as_t(o), lse
+
+
+_saved: dict[int, tuple] = {}  # id(lse tensor) -> (a weak reference to it, its AttentionSaved)
+
+
+def _saved_for(lse):
+    ref, saved = _saved.get(id(lse), (None, None))
+    return saved if ref is not None and ref() is lse else None
 
 
 def sdpa_bwd(m, args, kwargs):
     name = "aten._scaled_dot_product_flash_attention_for_cpu_backward"
-    g, q, k, v, _out, _lse, dropout_p, causal = args[:8]
+    g, q, k, v, _out, lse, dropout_p, causal = args[:8]
     mask, scale = _sdpa_opts(name, dropout_p, kwargs)
     dq, dk, dv = scaled_dot_product_attention_backward(
-        as_np(g), as_np(q), as_np(k), as_np(v), mask, 0.0, bool(causal), scale, **_kw(m))
+        as_np(g), as_np(q), as_np(k), as_np(v), mask, 0.0, bool(causal), scale,
+        saved=_saved_for(lse), **_kw(m))
     return as_t(dq), as_t(dk), as_t(dv)
 
 
