@@ -174,6 +174,7 @@ class AttentionSaved:
 
     __slots__ = ("_call", "_o", "_stats")
 
+    @entry_point()
     def __init__(self, call: Call, o: np.ndarray, stats: np.ndarray):
         self._call = Call(*(a.copy() if isinstance(a, np.ndarray) else a for a in call.args()))
         self._o, self._stats = o.copy(), stats
