@@ -6,8 +6,10 @@ depends on the other rows of the call. The 32 lanes of a cell are 32 contiguous
 products (lane l of chunk c holds k = 1024c + 32t + l), so a tile of cells keeps
 16 lanes of each cell in one `simd.Vec` accumulator per pass (two passes a chunk)
 and shares its loads: 4 rows of a by 6 rows of b with 32 vector registers, 1 x 6
-with fewer (`_target_tile`). The butterfly follows in registers, then the pairwise
-tree over chunks, per cell. A block's rows of a for one chunk stay in L2 and a
+with fewer (`_target_tile`). The butterflies follow in registers, a tile row's six
+cells together (each vector addition makes one level for several cells, each cell's
+lanes paired as in the fold), and a row's chunk partials go out in one masked store;
+then the pairwise tree over chunks, per cell. A block's rows of a for one chunk stay in L2 and a
 group of six rows of b in L1 (the layout of native/c/layers.c); threads claim whole blocks, so
 neither the thread count nor the other rows reach a cell's arithmetic.
 
@@ -41,7 +43,8 @@ from numba.core.extending import intrinsic
 from .base import NumbaBase
 from .col_fold import col_fold as _col_fold
 from .fold import NEG_ZERO
-from .simd import vadd, vbutterfly, vload, vmul, vsplat, vstore
+from .simd import (vadd, vbutterfly, vload, vload_head, vmul, vpairsum, vsplat, vstore,
+                   vstore_head, vswap_halves)
 from .threads import Twin, num_threads
 
 _STRICT = dict(cache=True, error_model="numpy")  # fastmath off: no contraction, no reassociation
@@ -60,6 +63,21 @@ def _butterfly_at(s, o):
             s[o + j] = s[o + j] + s[o + j + off]
         off //= 2
     return s[o]
+
+
+@njit(float32(float32[::1], int64, int64, int64), inline="always", **_STRICT)
+def _pairwise_strided(p, o, s, k):
+    """The pairwise tree over p[o], p[o + s], ..., p[o + (k - 1) s] (overwrites them)."""
+    while k > 1:
+        h = k // 2
+        for i in range(h):
+            p[o + i * s] = p[o + 2 * i * s] + p[o + (2 * i + 1) * s]
+        if k % 2 == 1:
+            p[o + h * s] = p[o + (k - 1) * s]
+            k = h + 1
+        else:
+            k = h
+    return p[o]
 
 
 @njit(float32(float32[::1], int64, int64), inline="always", **_STRICT)
@@ -180,10 +198,16 @@ def _lanes_1x6(a, b, ra, rb, steps, q, acc):
 
 
 @njit(inline="always", **_STRICT)
-def _fly6(lo, hi):
-    """The chunk partials of six cells: each cell's butterfly over its 32 lanes, in registers."""
-    return (vbutterfly(lo[0], hi[0]), vbutterfly(lo[1], hi[1]), vbutterfly(lo[2], hi[2]),
-            vbutterfly(lo[3], hi[3]), vbutterfly(lo[4], hi[4]), vbutterfly(lo[5], hi[5]))
+def _fly_row(lo, hi):
+    """Levels 16 to 2 of the butterflies of a tile row's six cells, several cells to an
+    addition (a cell alone would leave most lanes of each idle): lanes 2c and 2c + 1 hold
+    cell c's last two lanes (lanes 12-15 repeat cells 4 and 5), each the sum of the same
+    operands, paired as vbutterfly pairs them. vpairsum(r, r2, 1) ends two rows: row r's
+    chunk partials in lanes 0-5, row r2's in lanes 8-13."""
+    c01 = vpairsum(vadd(lo[0], hi[0]), vadd(lo[1], hi[1]), 8)
+    c23 = vpairsum(vadd(lo[2], hi[2]), vadd(lo[3], hi[3]), 8)
+    c45 = vpairsum(vadd(lo[4], hi[4]), vadd(lo[5], hi[5]), 8)
+    return vpairsum(vpairsum(c01, c23, 4), vpairsum(c45, c45, 4), 2)
 
 
 @njit(inline="always", **_STRICT)
@@ -194,18 +218,9 @@ def _pad(dst, o, src, start, count, pad):
 
 
 @njit(inline="always", **_STRICT)
-def _put(out, part, cells, i, j0, cols, ch, m, n, nchunks, i_lo, j_lo, bias, has_bias,
-         chunk_partials):
-    """Where the chunk partials of cells (i, j0 .. j0 + cols) go: the output (+ bias) for one
-    chunk, the chunk-partial output, or `part` for the pairwise tree after the last chunk."""
-    for c in range(cols):
-        v = cells[c]
-        if chunk_partials:
-            out[(ch * m + i) * n + j0 + c] = v
-        elif nchunks == 1:
-            out[i * n + j0 + c] = v + bias[j0 + c] if has_bias else v
-        else:
-            part[((i - i_lo) * B_BLOCK_ROWS + j0 - j_lo + c) * nchunks + ch] = v
+def _biased(v, bias, add):
+    """v + bias lane by lane where `add` (the output of a one-chunk call with a bias), else v."""
+    return vadd(v, bias) if add else v
 
 
 @njit(**_STRICT)
@@ -226,8 +241,18 @@ def _gemm_block(a, b, m, n, kk, i_lo, i_hi, j_lo, j_hi, bias, has_bias, chunk_pa
         steps = (end - base) // 32
         k0 = base + 32 * steps
         tail = k0 < end
+        # a row's cells are contiguous in each destination: the output (+ bias) for one chunk,
+        # the chunk-partial output, or `part` (chunk by chunk) for the pairwise tree
+        if chunk_partials:
+            dst, at, stride = out, ch * m * n, n
+        elif nchunks == 1:
+            dst, at, stride = out, 0, n
+        else:
+            dst, at, stride = part, (ch * (i_hi - i_lo) - i_lo) * B_BLOCK_ROWS - j_lo, B_BLOCK_ROWS
+        add = has_bias and nchunks == 1 and not chunk_partials
         for j0 in range(j_lo, j_hi, TILE_COLS):
             cols = min(TILE_COLS, j_hi - j0)
+            bj = vload_head(bias, j0, cols) if add else z
             r = (min(j0, j_hi - 1) * kk, min(j0 + 1, j_hi - 1) * kk, min(j0 + 2, j_hi - 1) * kk,
                  min(j0 + 3, j_hi - 1) * kk, min(j0 + 4, j_hi - 1) * kk, min(j0 + 5, j_hi - 1) * kk)
             rb = (r[0] + base, r[1] + base, r[2] + base, r[3] + base, r[4] + base, r[5] + base)
@@ -244,9 +269,13 @@ def _gemm_block(a, b, m, n, kk, i_lo, i_hi, j_lo, j_hi, bias, has_bias, chunk_pa
                         _pad(pa, 32 * i, a, (i0 + i) * kk + k0, end - k0, NEG_ZERO)
                     lo = _lanes_4x6(pa, pb, _PAD_A, _PAD_B, 1, 0, lo)
                     hi = _lanes_4x6(pa, pb, _PAD_A, _PAD_B, 1, 16, hi)
-                for i in range(4):
-                    _put(out, part, _fly6(lo[i], hi[i]), i0 + i, j0, cols, ch, m, n, nchunks, i_lo,
-                         j_lo, bias, has_bias, chunk_partials)
+                r01 = vpairsum(_fly_row(lo[0], hi[0]), _fly_row(lo[1], hi[1]), 1)
+                r23 = vpairsum(_fly_row(lo[2], hi[2]), _fly_row(lo[3], hi[3]), 1)
+                o = at + i0 * stride + j0
+                vstore_head(dst, o, _biased(r01, bj, add), cols)
+                vstore_head(dst, o + stride, _biased(vswap_halves(r01), bj, add), cols)
+                vstore_head(dst, o + 2 * stride, _biased(r23, bj, add), cols)
+                vstore_head(dst, o + 3 * stride, _biased(vswap_halves(r23), bj, add), cols)
                 i0 += 4
             for i in range(i0, i_hi):
                 ra1 = (i * kk + base,)
@@ -256,13 +285,14 @@ def _gemm_block(a, b, m, n, kk, i_lo, i_hi, j_lo, j_hi, bias, has_bias, chunk_pa
                     _pad(pa, 0, a, i * kk + k0, end - k0, NEG_ZERO)
                     lo1 = _lanes_1x6(pa, pb, _PAD_A, _PAD_B, 1, 0, lo1)
                     hi1 = _lanes_1x6(pa, pb, _PAD_A, _PAD_B, 1, 16, hi1)
-                _put(out, part, _fly6(lo1, hi1), i, j0, cols, ch, m, n, nchunks, i_lo, j_lo, bias,
-                     has_bias, chunk_partials)
+                row = _fly_row(lo1, hi1)
+                vstore_head(dst, at + i * stride + j0, _biased(vpairsum(row, row, 1), bj, add), cols)
     if chunk_partials or nchunks == 1:
         return
+    stride = (i_hi - i_lo) * B_BLOCK_ROWS  # between a cell's chunk partials in `part`
     for i in range(i_lo, i_hi):
         for j in range(j_lo, j_hi):
-            v = _pairwise_at(part, ((i - i_lo) * B_BLOCK_ROWS + j - j_lo) * nchunks, nchunks)
+            v = _pairwise_strided(part, (i - i_lo) * B_BLOCK_ROWS + j - j_lo, stride, nchunks)
             out[i * n + j] = v + bias[j] if has_bias else v
 
 

@@ -16,7 +16,12 @@ operation on that lane, so vector and scalar spellings give the same bits.
 
 Loads and stores take a C-contiguous 1-D float32 array and the index of the
 first element; they are unaligned and do not check bounds (the caller keeps
-index + WIDTH <= size).
+index + WIDTH <= size). `vload_head`/`vstore_head` move only the first `count` lanes
+(count <= WIDTH/2, a masked load or store), for rows shorter than a vector.
+
+`vbutterfly` reduces one fold's 32 lanes; `vpairsum` makes one butterfly level for the
+lanes of several cells packed in two vectors, so each addition serves several cells
+(native/layers.py's GEMM), and `vswap_halves` brings a vector's upper half down.
 
 Element functions computed in binary64 (native/vexp.py's expf) use WIDTH-lane
 `VecD` (<16 x double>), `VecI` (<16 x i64>) and `Mask` (<16 x i1>) values:
@@ -241,6 +246,100 @@ def vbutterfly(typingctx, lo, hi):
             off //= 2
         return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
     return types.float32(lo, hi), codegen
+
+
+def _lanes(n: int) -> ir.Constant:
+    return ir.Constant(ir.VectorType(ir.IntType(32), len(n)), list(n))
+
+
+@intrinsic
+def vpairsum(typingctx, a, b, off):
+    """One butterfly level for several cells at once: x = a's lanes then b's (32 lanes) in
+    groups of 2 * off lanes (a cell's lanes each); lane g * off + j of the result is
+    x[2g * off + j] + x[2g * off + off + j], the level's a[j] + a[j + off] for group g.
+    off (1, 2, 4, 8 or 16) must be a constant; one fadd per lane, the shuffles are exact."""
+    if a != vec or b != vec or not isinstance(off, types.IntegerLiteral) \
+            or off.literal_value not in (1, 2, 4, 8, 16):
+        return None
+    k = off.literal_value
+    low = [2 * k * g + j for g in range(WIDTH // k) for j in range(k)]
+
+    def codegen(context, builder, sig, args):
+        lower = builder.shuffle_vector(args[0], args[1], _lanes(low))
+        upper = builder.shuffle_vector(args[0], args[1], _lanes([i + k for i in low]))
+        return builder.fadd(lower, upper)
+    return vec(a, b, off), codegen
+
+
+@intrinsic
+def vswap_halves(typingctx, v):
+    """v with its lanes WIDTH/2.. first, then lanes 0..WIDTH/2 (exact)."""
+    if v != vec:
+        return None
+    half = WIDTH // 2
+
+    def codegen(context, builder, sig, args):
+        return builder.shuffle_vector(args[0], args[0],
+                                      _lanes([(j + half) % WIDTH for j in range(WIDTH)]))
+    return vec(v), codegen
+
+
+_HALF = ir.VectorType(_F32, WIDTH // 2)
+
+
+def _head_mask(builder, count):
+    """<WIDTH/2 x i1>: lane j is j < count (0 <= count <= WIDTH/2)."""
+    i32 = ir.IntType(32)
+    lanes = ir.VectorType(i32, WIDTH // 2)
+    n = builder.trunc(count, i32) if count.type.width > 32 else count
+    splat = builder.insert_element(ir.Constant(lanes, ir.Undefined), n, ir.Constant(i32, 0))
+    splat = builder.shuffle_vector(splat, ir.Constant(lanes, ir.Undefined), _lanes([0] * (WIDTH // 2)))
+    return builder.icmp_signed("<", ir.Constant(lanes, list(range(WIDTH // 2))), splat)
+
+
+def _head_ptr(context, builder, arrty, arr, idx):
+    ary = context.make_array(arrty)(context, builder, arr)
+    return builder.gep(ary.data, [idx])
+
+
+@intrinsic
+def vload_head(typingctx, arr, idx, count):
+    """A vector whose lanes j < count (count <= WIDTH/2) are arr[idx + j], the others 0.0:
+    a masked load, which reads no other element (unchecked)."""
+    _check_array(arr, "vload_head")
+    if not isinstance(count, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _head_ptr(context, builder, sig.args[0], args[0], args[1])
+        mask = _head_mask(builder, args[2])
+        zero = ir.Constant(_HALF, [0.0] * (WIDTH // 2))
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_HALF, [ptr.type, ir.IntType(32), mask.type, _HALF]),
+            f"llvm.masked.load.v{WIDTH // 2}f32.p0")
+        got = builder.call(fn, [ptr, ir.Constant(ir.IntType(32), 4), mask, zero])
+        return builder.shuffle_vector(got, zero, _lanes(range(WIDTH)))
+    return vec(arr, idx, count), codegen
+
+
+@intrinsic
+def vstore_head(typingctx, arr, idx, v, count):
+    """arr[idx + j] = lane j of v for j < count (count <= WIDTH/2): a masked store, which
+    writes no other element (unchecked)."""
+    _check_array(arr, "vstore_head")
+    if arr.mutable is False or v != vec or not isinstance(count, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _head_ptr(context, builder, sig.args[0], args[0], args[1])
+        low = builder.shuffle_vector(args[2], args[2], _lanes(range(WIDTH // 2)))
+        mask = _head_mask(builder, args[3])
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [_HALF, ptr.type, ir.IntType(32), mask.type]),
+            f"llvm.masked.store.v{WIDTH // 2}f32.p0")
+        builder.call(fn, [low, ptr, ir.Constant(ir.IntType(32), 4), mask])
+        return context.get_dummy_value()
+    return types.void(arr, idx, v, count), codegen
 
 
 def _unary(name: str, src, dst, build, doc: str):
