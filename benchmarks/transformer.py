@@ -11,6 +11,9 @@ the kernels), against torch's forward + backward on the same data:
   gives the backward that runs the forward again (no `saved`);
 - softmax and layer_norm forward + backward on (8192, 768), layer_norm with weight and
   bias (dweight and dbias included on both sides) (target <= 1.5x);
+- gelu forward + backward on (8192, 768), approximate="none" (erf) and "tanh":
+  `mojolike.gelu` + `mojolike.gelu_backward` against F.gelu(x, approximate=...)
+  .backward() (target <= 1.5x);
 - matmul (48, 1024, 64) @ (48, 64, 1024), forward only (target <= 2.5x).
 Then torch's run-to-run and batch-size variation beside ours: the bits of sequence 0's
 attention output alone and inside batches of 2, 3 and 4, and of two identical calls.
@@ -108,6 +111,23 @@ def rows_case(backend, rows, repeat, which):
     return best_of(ours, repeat), best_of(theirs, repeat)
 
 
+def gelu_case(backend, rows, repeat, approximate):
+    x, dy = _data(rows, 14), _data(rows, 15)
+    on = {"backend": backend}
+
+    def ours():
+        mojolike.gelu(x, approximate, **on)
+        mojolike.gelu_backward(dy, x, approximate, **on)
+
+    tx, tdy = torch.from_numpy(x).requires_grad_(), torch.from_numpy(dy)
+
+    def theirs():
+        tx.grad = None
+        F.gelu(tx, approximate=approximate).backward(tdy)
+
+    return best_of(ours, repeat), best_of(theirs, repeat)
+
+
 def matmul_case(backend, repeat):
     a, b = _data((48, 1024, 64), 20), _data((48, 64, 1024), 21)
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
@@ -138,7 +158,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="cpu-numba")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--only", default="softmax,layer_norm,attention,attention-long,matmul,variation")
+    p.add_argument("--only", default="softmax,layer_norm,gelu,gelu-tanh,attention,attention-long,matmul,"
+                                         "variation")
     args = p.parse_args()
     import numba
     print(keep_freed_memory())
@@ -150,6 +171,10 @@ def main() -> None:
                     lambda: rows_case(args.backend, (8192, 768), args.repeat, "softmax")),
         "layer_norm": ("layer_norm fwd+bwd (8192, 768)", 1.5,
                        lambda: rows_case(args.backend, (8192, 768), args.repeat, "layer_norm")),
+        "gelu": ("gelu (erf) fwd+bwd (8192, 768)", 1.5,
+                 lambda: gelu_case(args.backend, (8192, 768), args.repeat, "none")),
+        "gelu-tanh": ("gelu (tanh) fwd+bwd (8192, 768)", 1.5,
+                      lambda: gelu_case(args.backend, (8192, 768), args.repeat, "tanh")),
         "attention": ("attention fwd+bwd causal (4, 8, 1024, 64)", 3.0,
                       lambda: attention_case(args.backend, (4, 8, 1024, 64), args.repeat)),
         "attention-long": ("attention fwd+bwd causal (1, 12, 2048, 64)", 3.0,

@@ -515,8 +515,8 @@ class NumbaCrmath(NumbaBase):
         """Write cospif(x) into out; returns the number of UNDECIDED slots."""
         return int(_cospif(x, x.view(np.uint32), out, out.view(np.uint32)))
 
-    # tanhf, erff and GELU live in native/erf_tanh.py (imported here, at call time: it
-    # imports this module for the exp pieces)
+    # tanhf and erff live in native/erf_tanh.py, GELU's vector kernels in native/vgelu.py
+    # (imported here, at call time: they import this module for the exp pieces)
     def tanhf_into(self, x, out) -> int:
         """Write tanhf(x) into out; returns the number of UNDECIDED slots (x, out as expf_into)."""
         from . import erf_tanh
@@ -529,13 +529,13 @@ class NumbaCrmath(NumbaBase):
 
     def gelu_into(self, x, tanh: bool, out) -> int:
         """Write gelu_tanh(x) if tanh else gelu_erf(x) into out; returns the UNDECIDED count."""
-        from . import erf_tanh
-        return erf_tanh.gelu_into(x, tanh, out)
+        from . import vgelu
+        return vgelu.gelu_into(x, tanh, out)
 
     def gelu_backward_into(self, dy, x, tanh: bool, dx) -> int:
         """Write gelu_tanh_grad(dy, x) if tanh else gelu_erf_grad(dy, x) into dx; returns the UNDECIDED count."""
-        from . import erf_tanh
-        return erf_tanh.gelu_backward_into(dy, x, tanh, dx)
+        from . import vgelu
+        return vgelu.gelu_backward_into(dy, x, tanh, dx)
 
 
 def load(mode: str, backend: str = "cpu-numba") -> NumbaCrmath:

@@ -1,0 +1,242 @@
+"""tanhf and erff on WIDTH lanes at once: the vector spelling of native/erf_tanh.py's
+element functions (exp64, round_test, tanh_elem, erf_elem, tanh_any, erf_any), for the
+GELU kernels of native/vgelu.py.
+
+Each function is erf_tanh.py's, lane by lane and in its order (binary64 +, -, *, / without
+fast-math flags, one rounding each), on native/simd.py's vectors, so a lane's bits and
+decided flag are the scalar's:
+- branches (NaN, +-0, |x| >= TANH_ONE / ERF_ONE, the polynomial below 1/4 or 1/2, the
+  exp64 formula above) are computed on every lane and picked per lane, the error
+  budget with them, so round_test sees each lane's own y and eb;
+- erf's series runs while some lane is still going; each lane keeps its sum s and budget
+  err from the iteration where its scalar loop stops, so they are the scalar's;
+- exp64's integer steps read the bit pattern of t / (ln 2 / 32) + SHIFTER, as
+  native/vexp.py does: the pattern minus SHIFTER's is int(kd), and 2^q is the binary64
+  with pattern (k - j) 2^47 + 1023 2^52 (q stays within [-23, 26] on these domains).
+Lanes outside a function's domain compute on 1/4 and are then replaced by the special
+value, so no lane can keep erf's loop running. benchmarks/vgelu_exhaustive.py compares
+vtanh_any and verf_any with the scalars on all 2^32 inputs.
+
+Reproducibility: lanes are independent and each is the scalar's operation sequence, so
+neither the lanes' neighbours nor the target can reach a bit.
+
+>>> import numpy as np
+>>> from numba import njit
+>>> from mojolike.native.simd import vload, vselect, vsplat, vstore
+>>> @njit
+... def erf16(x, out):
+...     r, ok = verf_any(vload(x, 0))
+...     vstore(out, 0, r)
+...     return mask_bits(ok)
+>>> x = np.float32([0.25, 1, -2, 4, np.inf, -0.0, np.nan] + [0] * 9); out = np.empty(16, np.float32)
+>>> erf16(x, out), out[:7].tolist()
+(65535, [0.27632638812065125, 0.8427007794380188, -0.9953222870826721, 1.0, 1.0, -0.0, nan])
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .erf_tanh import (E2, E3, E4, E5, E6, ERF_ERR0, ERF_ERR1, ERF_ONE_D, ERF_POLY_END,
+                       ERF_POLY_ERR, ERF_STOP, EXP2_32, INV_LN2_32, LN2_32_HI, LN2_32_LO,
+                       MINUS_ONE, ONE, R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, R11, R12, R13,
+                       SHIFTER, T3, T5, T7, T9, T11, T13, T15, T17, T19, T21, T23, TANH_ERR,
+                       TANH_ONE_D, TANH_POLY_END, TANH_POLY_ERR, TWO, TWO_OVER_SQRT_PI, ZERO,
+                       ZERO32)
+from .simd import (vadd, vand, vbits, vdiv, veq, vfrombits, vgather, vmul, vnarrow, vnot, vor,
+                   vselect, vshl, vsplat, vsub, vwiden)
+from .simd64 import dge, dle, dlt, dselect, mask_bits, vany
+from .vexp import J_MASK, ONE_BITS, Q_SHIFT, SHIFTER_BITS
+
+_jit = njit(inline="always", error_model="numpy")
+QUARTER = np.float64(0.25)  # what lanes outside a function's domain compute on
+
+
+@_jit
+def vexp64(t):
+    """erf_tanh.exp64 lane by lane (|t| <= 20)."""
+    s = vmul(t, vsplat(INV_LN2_32))
+    s = vadd(s, vsplat(SHIFTER))
+    kd = vsub(s, vsplat(SHIFTER))
+    k = vsub(vbits(s), vsplat(SHIFTER_BITS))  # int(kd), exactly
+    j = vand(k, vsplat(J_MASK))
+    scale = vfrombits(vadd(vshl(vsub(k, j), vsplat(Q_SHIFT)), vsplat(ONE_BITS)))  # 2^q
+    r = vsub(t, vmul(kd, vsplat(LN2_32_HI)))
+    r = vsub(r, vmul(kd, vsplat(LN2_32_LO)))
+    w = vmul(r, vsplat(E6))
+    w = vadd(w, vsplat(E5))
+    w = vmul(r, w)
+    w = vadd(w, vsplat(E4))
+    w = vmul(r, w)
+    w = vadd(w, vsplat(E3))
+    w = vmul(r, w)
+    w = vadd(w, vsplat(E2))
+    w = vmul(r, w)
+    w = vadd(w, vsplat(ONE))
+    p = vmul(r, w)
+    tj = vgather(EXP2_32, j)
+    y = vmul(tj, p)
+    y = vadd(tj, y)
+    return vmul(y, scale)  # exact
+
+
+@_jit
+def vround_test(y, eb, sg):
+    """erf_tanh.round_test lane by lane."""
+    ys = vmul(y, sg)  # exact
+    a = vnarrow(vsub(ys, eb))
+    b = vnarrow(vadd(ys, eb))
+    return a, veq(a, b)
+
+
+@_jit
+def vtanh_elem(a, sg):
+    """erf_tanh.tanh_elem lane by lane, for 0 < a < TANH_ONE: both branches, picked per lane."""
+    a2 = vmul(a, a)  # exact
+    h = vmul(a2, vsplat(T23))
+    h = vadd(h, vsplat(T21))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(T19))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(T17))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(T15))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(T13))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(T11))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(T9))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(T7))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(T5))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(T3))
+    h = vmul(a2, h)
+    h = vmul(a, h)
+    y_poly = vadd(a, h)
+    e = vexp64(vadd(a, a))
+    num = vsub(e, vsplat(ONE))
+    den = vadd(e, vsplat(ONE))
+    y_exp = vdiv(num, den)
+    poly = dlt(a, vsplat(TANH_POLY_END))
+    y = dselect(poly, y_poly, y_exp)
+    err = dselect(poly, vsplat(TANH_POLY_ERR), vsplat(TANH_ERR))
+    return vround_test(y, vmul(y, err), sg)
+
+
+@_jit
+def verf_poly(a):
+    """erf_tanh.erf_elem's y below ERF_POLY_END."""
+    a2 = vmul(a, a)  # exact
+    h = vmul(a2, vsplat(R13))
+    h = vadd(h, vsplat(R12))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(R11))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(R10))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(R9))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(R8))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(R7))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(R6))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(R5))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(R4))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(R3))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(R2))
+    h = vmul(a2, h)
+    h = vadd(h, vsplat(R1))
+    h = vmul(a2, h)
+    y = vadd(vsplat(R0), h)
+    return vmul(a, y)
+
+
+@_jit
+def verf_series(a, series):
+    """erf_tanh.erf_elem's (y, budget) at and above ERF_POLY_END, on the lanes in `series`."""
+    z = vmul(a, a)  # exact
+    e = vexp64(vsub(vsplat(ZERO), z))
+    z = vadd(z, z)  # 2 a^2, exact
+    t = vsplat(ONE)
+    s = t
+    k = t
+    err = vsplat(ERF_ERR0)
+    kept_s, kept_err = s, err
+    going = series
+    # while a lane is going its k, t, s and err are the scalar's; its kept sum and budget
+    # stop where its scalar loop breaks (what runs on is never read: the next division
+    # need not wait for the stop test)
+    while vany(going):
+        k = vadd(k, vsplat(TWO))
+        t = vmul(t, z)
+        t = vdiv(t, k)
+        s = vadd(s, t)
+        err = vadd(err, vsplat(ERF_ERR1))
+        kept_s = dselect(going, s, kept_s)
+        kept_err = dselect(going, err, kept_err)
+        going = vand(going, vnot(dle(vmul(t, vsplat(ERF_STOP)), s)))
+    y = vmul(vsplat(TWO_OVER_SQRT_PI), a)
+    y = vmul(y, e)
+    y = vmul(y, kept_s)
+    return y, kept_err
+
+
+@_jit
+def verf_elem(a, sg, series):
+    """erf_tanh.erf_elem lane by lane, for 0 < a < ERF_ONE; `series` marks the lanes with
+    a >= ERF_POLY_END."""
+    y, err = verf_series(a, series)
+    y = dselect(series, y, verf_poly(a))
+    err = dselect(series, err, vsplat(ERF_POLY_ERR))
+    return vround_test(y, vmul(y, err), sg)
+
+
+@_jit
+def vsign(v):
+    """(a, sg): |v| and its sign in binary64, as erf_tanh's tanh_value / erf_value form them."""
+    xd = vwiden(v)
+    sg = dselect(dlt(xd, vsplat(ZERO)), vsplat(MINUS_ONE), vsplat(ONE))
+    return vmul(xd, sg), sg
+
+
+@_jit
+def vtanh_any(v):
+    """erf_tanh.tanh_any lane by lane: (tanhf(v), decided), NaN passed through."""
+    a, sg = vsign(v)
+    one = vsplat(TANH_ONE_D)
+    inside = vand(dlt(a, one), vnot(veq(v, vsplat(ZERO32))))  # False on NaN
+    r, ok = vtanh_elem(dselect(inside, a, vsplat(QUARTER)), sg)
+    special = vselect(dge(a, one), vnarrow(sg), v)  # +-1 from TANH_ONE; NaN and +-0 kept
+    return vselect(inside, r, special), vor(ok, vnot(inside))
+
+
+@_jit
+def verf_parts(v):
+    """(a, sg, inside, series) of erf_tanh.erf_any: |v| and its sign in binary64, the lanes
+    erf_elem computes (not NaN, not +-0, below ERF_ONE) and those of them on the series."""
+    a, sg = vsign(v)
+    inside = vand(dlt(a, vsplat(ERF_ONE_D)), vnot(veq(v, vsplat(ZERO32))))  # False on NaN
+    return a, sg, inside, vand(inside, dge(a, vsplat(ERF_POLY_END)))
+
+
+@_jit
+def verf_finish(v, a, sg, inside, r, ok):
+    """erf_any's (result, decided) from erf_elem's (r, ok) on the lanes inside."""
+    special = vselect(dge(a, vsplat(ERF_ONE_D)), vnarrow(sg), v)  # +-1 from ERF_ONE; NaN, +-0 kept
+    return vselect(inside, r, special), vor(ok, vnot(inside))
+
+
+@_jit
+def verf_any(v):
+    """erf_tanh.erf_any lane by lane: (erff(v), decided), NaN passed through."""
+    a, sg, inside, series = verf_parts(v)
+    r, ok = verf_elem(dselect(inside, a, vsplat(QUARTER)), sg, series)
+    return verf_finish(v, a, sg, inside, r, ok)

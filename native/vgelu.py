@@ -1,0 +1,239 @@
+"""The four cpu-numba GELU kernels (forward and backward, erf and tanh) on WIDTH lanes at once.
+
+One element at a time, erf's series loop (a division per term, a trip count that depends
+on the input) costs tens of times torch's GELU. These kernels run on native/verf_tanh.py's
+vector tanhf and erff, whose lanes equal erf_tanh.py's element functions bit for bit and
+decided flag for flag. The GELU formulas are erf_tanh.py's binary32 steps on `Vec`
+lanes; a lane whose inner function is undecided gets UNDECIDED (0x7FA00DAD) and is
+counted, a NaN result gets the canonical 0x7FC00000, both by a scalar pass over the lanes
+concerned. The last n % WIDTH
+elements of a block run erf_tanh.py's scalar slots. erf_tanh.py's scalar kernels stay as
+the twins the tests and benchmarks/vgelu_exhaustive.py compare these with.
+
+erf's series costs a division per term for 13 to 59 terms, the rest a few dozen
+operations: a vector with one lane on the series would run the loop for all sixteen, so
+the erf kernels first compute every lane but the series ones, gather those WIDTH at a
+time (compress_store) and run the loop on full vectors of them (`verf_block`).
+
+Caching: these kernels inline native/verf_tanh.py's, native/erf_tanh.py's,
+native/crmath.py's, native/vexp.py's, native/simd.py's and native/simd64.py's functions,
+and numba's cache=True checks only this file: after editing those, clear the numba cache
+(__pycache__/*.nbi, *.nbc).
+
+Reproducibility: elementwise, lanes independent; a lane's operations are the scalar's,
+so block size, thread count and target cannot reach the bits (every decided value is the
+correctly rounded one, erf_tanh.py's exhaustive walk).
+
+>>> import numpy as np
+>>> x = np.float32([0.5, -0.0, 3.0, np.nan] * 5)
+>>> out = np.empty_like(x)
+>>> gelu_into(x, False, out), out[:4].tolist(), hex(out.view(np.uint32)[3])
+(0, [0.3457312285900116, -0.0, 2.995950222015381, nan], '0x7fc00000')
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import int64, njit, prange
+
+from .erf_tanh import (ALPHA, BETA, BETA_ERF, BLOCK, DEFAULT_NAN, ERF_POLY_ERR, HALF32, IN, KAPPA,
+                       MINUS_HALF32, ONE32, OUT, OUT_BITS, THREE32, UNDECIDED, ZERO32,
+                       gelu_erf_grad_slot, gelu_erf_slot, gelu_tanh_grad_slot, gelu_tanh_slot)
+from .simd import (WIDTH, vadd, vand, veq, vload, vmul, vne, vnot, vor, vselect, vsplat, vstore,
+                   vsub)
+from .simd64 import compress_store, dselect, mask_bits, viota
+from .verf_tanh import QUARTER, verf_any, verf_finish, verf_parts, verf_poly, vround_test, vtanh_any
+from .vexp import vexp_any
+
+_jit = njit(inline="always", error_model="numpy")
+_STRICT = {"cache": True, "error_model": "numpy"}
+
+
+@_jit
+def verf_block(x, lo, stop, t, t_ok, scale):
+    """t[i - lo] = erff(x[i] scale) for lo <= i < stop (WIDTH divides stop - lo), t_ok[i - lo]
+    1 where decided, else 0 (scale: ALPHA; 1 in benchmarks/vgelu_exhaustive.py). A vector with one lane on erf's series would run the loop for
+    all its lanes, so the series lanes are first gathered WIDTH at a time (the last group
+    padded with its last lane) and run together: each lane's operations stay the scalar's."""
+    one, zero = vsplat(ONE32), vsplat(ZERO32)
+    at = np.empty(stop - lo + WIDTH, np.int64)
+    lanes, lanes_ok = np.empty(WIDTH, np.float32), np.empty(WIDTH, np.float32)
+    m = 0
+    for i in range(lo, stop, WIDTH):
+        w = vmul(vload(x, i), vsplat(scale))
+        a, sg, inside, series = verf_parts(w)
+        y = verf_poly(dselect(inside, a, vsplat(QUARTER)))  # the series lanes' comes later
+        r, ok = vround_test(y, vmul(y, vsplat(ERF_POLY_ERR)), sg)
+        r, ok = verf_finish(w, a, sg, inside, r, ok)
+        vstore(t, i - lo, vselect(series, w, r))  # a series lane keeps its argument for now
+        vstore(t_ok, i - lo, vselect(ok, one, zero))
+        m += compress_store(at, m, viota(i - lo), series)
+    for g in range(0, m, WIDTH):
+        for j in range(WIDTH):
+            lanes[j] = t[at[min(g + j, m - 1)]]
+        r, ok = verf_any(vload(lanes, 0))
+        vstore(lanes, 0, r)
+        vstore(lanes_ok, 0, vselect(ok, one, zero))
+        for j in range(min(WIDTH, m - g)):
+            t[at[g + j]] = lanes[j]
+            t_ok[at[g + j]] = lanes_ok[j]
+
+
+@_jit
+def vgelu_erf(v, t):
+    """gelu_erf_slot's value lane by lane, t = erff(v ALPHA)."""
+    half_x = vmul(v, vsplat(HALF32))
+    return vmul(half_x, vadd(vsplat(ONE32), t))
+
+
+@_jit
+def vtanh_inner(v, x_sq):
+    """erf_tanh.tanh_inner lane by lane."""
+    x_cube = vmul(x_sq, v)
+    return vmul(vsplat(BETA), vadd(v, vmul(vsplat(KAPPA), x_cube)))
+
+
+@_jit
+def vgelu_tanh(v):
+    """gelu_tanh_slot's (value, decided) lane by lane."""
+    t, ok = vtanh_any(vtanh_inner(v, vmul(v, v)))
+    return vmul(vmul(vsplat(HALF32), v), vadd(vsplat(ONE32), t)), ok
+
+
+@_jit
+def vgelu_erf_grad(d, v, t, ok):
+    """gelu_erf_grad_slot's (value, decided) lane by lane, t = erff(v ALPHA) decided where ok."""
+    e, ok2 = vexp_any(vmul(vmul(v, v), vsplat(MINUS_HALF32)))
+    cdf = vmul(vsplat(HALF32), vadd(vsplat(ONE32), t))
+    pdf = vmul(vsplat(BETA_ERF), e)
+    return vmul(d, vadd(cdf, vmul(v, pdf))), vand(ok, ok2)
+
+
+@_jit
+def vgelu_tanh_grad(d, v):
+    """gelu_tanh_grad_slot's (value, decided) lane by lane, Activation.cpp's steps."""
+    x_sq = vmul(v, v)
+    t, ok = vtanh_any(vtanh_inner(v, x_sq))
+    half, one = vsplat(HALF32), vsplat(ONE32)
+    left = vmul(half, v)
+    right = vadd(one, t)
+    left_derivative = vmul(half, right)
+    tanh_derivative = vsub(one, vmul(t, t))
+    three_kappa = vmul(vsplat(THREE32), vsplat(KAPPA))
+    inner_derivative = vmul(vsplat(BETA), vadd(one, vmul(three_kappa, x_sq)))
+    right_derivative = vmul(vmul(left, tanh_derivative), inner_derivative)
+    return vmul(d, vadd(left_derivative, right_derivative)), ok
+
+
+@_jit
+def vput(r, ok, out, ob, i):
+    """out[i : i + WIDTH] = r; UNDECIDED where a lane is not decided, the canonical NaN where
+    its result is NaN (as erf_tanh.put). Returns the number of undecided lanes."""
+    vstore(out, i, r)
+    bad = mask_bits(vor(vnot(ok), vne(r, r)))
+    if bad == 0:
+        return 0
+    decided = mask_bits(ok)
+    undecided = 0
+    for j in range(WIDTH):
+        if (bad >> j) & 1:
+            if (decided >> j) & 1:
+                ob[i + j] = DEFAULT_NAN
+            else:
+                ob[i + j] = UNDECIDED
+                undecided += 1
+    return undecided
+
+
+@njit(int64(IN, OUT, OUT_BITS), parallel=True, **_STRICT)
+def _gelu_erf(x, out, ob):
+    n = x.size
+    nblocks = (n + BLOCK - 1) // BLOCK
+    counts = np.zeros(nblocks, np.int64)
+    for c in prange(nblocks):
+        lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, x.size)
+        stop = hi - (hi - lo) % WIDTH
+        t, t_ok = np.empty(stop - lo, np.float32), np.empty(stop - lo, np.float32)
+        verf_block(x, lo, stop, t, t_ok, ALPHA)
+        undecided = 0
+        for i in range(lo, stop, WIDTH):
+            r = vgelu_erf(vload(x, i), vload(t, i - lo))
+            undecided += vput(r, veq(vload(t_ok, i - lo), vsplat(ONE32)), out, ob, i)
+        for i in range(stop, hi):  # the tail: the scalar slots
+            undecided += gelu_erf_slot(x[i], out, ob, i)
+        counts[c] = undecided
+    return counts.sum()  # integers: the order cannot matter
+
+
+@njit(int64(IN, OUT, OUT_BITS), parallel=True, **_STRICT)
+def _gelu_tanh(x, out, ob):
+    n = x.size
+    nblocks = (n + BLOCK - 1) // BLOCK
+    counts = np.zeros(nblocks, np.int64)
+    for c in prange(nblocks):
+        lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, x.size)
+        stop = hi - (hi - lo) % WIDTH
+        undecided = 0
+        for i in range(lo, stop, WIDTH):
+            r, ok = vgelu_tanh(vload(x, i))
+            undecided += vput(r, ok, out, ob, i)
+        for i in range(stop, hi):  # the tail: the scalar slots
+            undecided += gelu_tanh_slot(x[i], out, ob, i)
+        counts[c] = undecided
+    return counts.sum()
+
+
+@njit(int64(IN, IN, OUT, OUT_BITS), parallel=True, **_STRICT)
+def _gelu_erf_grad(dy, x, out, ob):
+    n = x.size
+    nblocks = (n + BLOCK - 1) // BLOCK
+    counts = np.zeros(nblocks, np.int64)
+    for c in prange(nblocks):
+        lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, x.size)
+        stop = hi - (hi - lo) % WIDTH
+        t, t_ok = np.empty(stop - lo, np.float32), np.empty(stop - lo, np.float32)
+        verf_block(x, lo, stop, t, t_ok, ALPHA)
+        undecided = 0
+        for i in range(lo, stop, WIDTH):
+            ok = veq(vload(t_ok, i - lo), vsplat(ONE32))
+            r, ok = vgelu_erf_grad(vload(dy, i), vload(x, i), vload(t, i - lo), ok)
+            undecided += vput(r, ok, out, ob, i)
+        for i in range(stop, hi):  # the tail: the scalar slots
+            undecided += gelu_erf_grad_slot(dy[i], x[i], out, ob, i)
+        counts[c] = undecided
+    return counts.sum()
+
+
+@njit(int64(IN, IN, OUT, OUT_BITS), parallel=True, **_STRICT)
+def _gelu_tanh_grad(dy, x, out, ob):
+    n = x.size
+    nblocks = (n + BLOCK - 1) // BLOCK
+    counts = np.zeros(nblocks, np.int64)
+    for c in prange(nblocks):
+        lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, x.size)
+        stop = hi - (hi - lo) % WIDTH
+        undecided = 0
+        for i in range(lo, stop, WIDTH):
+            r, ok = vgelu_tanh_grad(vload(dy, i), vload(x, i))
+            undecided += vput(r, ok, out, ob, i)
+        for i in range(stop, hi):  # the tail: the scalar slots
+            undecided += gelu_tanh_grad_slot(dy[i], x[i], out, ob, i)
+        counts[c] = undecided
+    return counts.sum()
+
+
+# the kernels tests/test_vectorized.py compiles for every target, and the packed operations
+# their loops must hold (erf's series divides; tanh's exp64 formula divides once)
+HOT_KERNELS = {"vgelu._gelu_erf": (_gelu_erf, ("mulpd", "addpd", "divpd")),
+               "vgelu._gelu_tanh": (_gelu_tanh, ("mulpd", "addpd", "divpd", "mulps")),
+               "vgelu._gelu_erf_grad": (_gelu_erf_grad, ("mulpd", "addpd", "divpd")),
+               "vgelu._gelu_tanh_grad": (_gelu_tanh_grad, ("mulpd", "addpd", "divpd", "mulps"))}
+
+
+def gelu_into(x, tanh: bool, out) -> int:
+    """out = gelu_tanh(x) if tanh else gelu_erf(x); returns the number of UNDECIDED slots."""
+    return int((_gelu_tanh if tanh else _gelu_erf)(x, out, out.view(np.uint32)))
+
+
+def gelu_backward_into(dy, x, tanh: bool, dx) -> int:
+    """dx = gelu_tanh_grad(dy, x) if tanh else gelu_erf_grad(dy, x); returns the UNDECIDED count."""
+    return int((_gelu_tanh_grad if tanh else _gelu_erf_grad)(dy, x, dx, dx.view(np.uint32)))
