@@ -83,16 +83,7 @@ def _pairwise_strided(p, o, s, k):
 @njit(float32(float32[::1], int64, int64), inline="always", **_STRICT)
 def _pairwise_at(p, o, k):
     """The pairwise tree over p[o : o + k] (overwrites it)."""
-    while k > 1:
-        h = k // 2
-        for i in range(h):
-            p[o + i] = p[o + 2 * i] + p[o + 2 * i + 1]
-        if k % 2 == 1:
-            p[o + h] = p[o + k - 1]
-            k = h + 1
-        else:
-            k = h
-    return p[o]
+    return _pairwise_strided(p, o, 1, k)
 
 
 def target_asm(ir_text: str) -> tuple[str, str]:
