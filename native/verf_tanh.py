@@ -10,8 +10,8 @@ decided flag are the scalar's:
   budget with them, so round_test sees each lane's own y and eb;
 - erf's series runs while some lane is still going; each lane keeps its sum s and budget
   err from the iteration where its scalar loop stops, so they are the scalar's;
-- exp64's integer steps read the bit pattern of t / (ln 2 / 32) + SHIFTER, as
-  native/vexp.py does: the pattern minus SHIFTER's is int(kd), and 2^q is the binary64
+- exp64 is native/vexp.py's vexp64 (crmath's constants, erf_tanh.exp64's steps): its
+  integer steps read the bit pattern of t / (ln 2 / 32) + SHIFTER, and 2^q is the binary64
   with pattern (k - j) 2^47 + 1023 2^52 (q stays within [-23, 26] on these domains).
 Lanes outside a function's domain compute on 1/4 and are then replaced by the special
 value, so no lane can keep erf's loop running. benchmarks/vgelu_exhaustive.py compares
@@ -37,47 +37,18 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .erf_tanh import (E2, E3, E4, E5, E6, ERF_ERR0, ERF_ERR1, ERF_ONE_D, ERF_POLY_END,
-                       ERF_POLY_ERR, ERF_STOP, EXP2_32, INV_LN2_32, LN2_32_HI, LN2_32_LO,
+from .erf_tanh import (ERF_ERR0, ERF_ERR1, ERF_ONE_D, ERF_POLY_END, ERF_POLY_ERR, ERF_STOP,
                        MINUS_ONE, ONE, R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, R11, R12, R13,
-                       SHIFTER, T3, T5, T7, T9, T11, T13, T15, T17, T19, T21, T23, TANH_ERR,
+                       T3, T5, T7, T9, T11, T13, T15, T17, T19, T21, T23, TANH_ERR,
                        TANH_ONE_D, TANH_POLY_END, TANH_POLY_ERR, TWO, TWO_OVER_SQRT_PI, ZERO,
                        ZERO32)
-from .simd import (vadd, vand, vbits, vdiv, veq, vfrombits, vgather, vmul, vnarrow, vnot, vor,
-                   vselect, vshl, vsplat, vsub, vwiden)
+from .simd import (vadd, vand, vdiv, veq, vmul, vnarrow, vnot, vor, vselect, vsplat, vsub,
+                   vwiden)
 from .simd64 import dge, dle, dlt, dselect, mask_bits, vany
-from .vexp import J_MASK, ONE_BITS, Q_SHIFT, SHIFTER_BITS
+from .vexp import vexp64
 
 _jit = njit(inline="always", error_model="numpy")
 QUARTER = np.float64(0.25)  # what lanes outside a function's domain compute on
-
-
-@_jit
-def vexp64(t):
-    """erf_tanh.exp64 lane by lane (|t| <= 20)."""
-    s = vmul(t, vsplat(INV_LN2_32))
-    s = vadd(s, vsplat(SHIFTER))
-    kd = vsub(s, vsplat(SHIFTER))
-    k = vsub(vbits(s), vsplat(SHIFTER_BITS))  # int(kd), exactly
-    j = vand(k, vsplat(J_MASK))
-    scale = vfrombits(vadd(vshl(vsub(k, j), vsplat(Q_SHIFT)), vsplat(ONE_BITS)))  # 2^q
-    r = vsub(t, vmul(kd, vsplat(LN2_32_HI)))
-    r = vsub(r, vmul(kd, vsplat(LN2_32_LO)))
-    w = vmul(r, vsplat(E6))
-    w = vadd(w, vsplat(E5))
-    w = vmul(r, w)
-    w = vadd(w, vsplat(E4))
-    w = vmul(r, w)
-    w = vadd(w, vsplat(E3))
-    w = vmul(r, w)
-    w = vadd(w, vsplat(E2))
-    w = vmul(r, w)
-    w = vadd(w, vsplat(ONE))
-    p = vmul(r, w)
-    tj = vgather(EXP2_32, j)
-    y = vmul(tj, p)
-    y = vadd(tj, y)
-    return vmul(y, scale)  # exact
 
 
 @_jit

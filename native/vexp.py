@@ -42,16 +42,17 @@ Q_SHIFT = np.int64(47)  # (k - j) * 2^47 = q * 2^52
 
 
 @_jit
-def vexp_elem(x):
-    """(a, decided) lane by lane: exp_elem of each float32 lane, for EXP_TINY < x < EXP_HUGE."""
-    xd = vwiden(x)
-    t = vmul(xd, vsplat(INV_LN2_32))
-    t = vadd(t, vsplat(SHIFTER))
-    kd = vsub(t, vsplat(SHIFTER))
-    k = vsub(vbits(t), vsplat(SHIFTER_BITS))  # int(kd), exactly
+def vexp64(t):
+    """exp(t) in binary64 lane by lane: the reduction to k ln2/32 + r, the degree-6
+    polynomial in r and 2^(k/32) from the table, each step one rounding, as crmath's scalar
+    exp and erf_tanh.exp64 (t within expf's range, so 2^q is a normal binary64)."""
+    s = vmul(t, vsplat(INV_LN2_32))
+    s = vadd(s, vsplat(SHIFTER))
+    kd = vsub(s, vsplat(SHIFTER))
+    k = vsub(vbits(s), vsplat(SHIFTER_BITS))  # int(kd), exactly
     j = vand(k, vsplat(J_MASK))
     scale = vfrombits(vadd(vshl(vsub(k, j), vsplat(Q_SHIFT)), vsplat(ONE_BITS)))  # 2^q
-    r = vsub(xd, vmul(kd, vsplat(LN2_32_HI)))  # exact
+    r = vsub(t, vmul(kd, vsplat(LN2_32_HI)))  # exact when t is a widened float32
     r = vsub(r, vmul(kd, vsplat(LN2_32_LO)))
     u = vmul(r, vsplat(E6))
     u = vadd(u, vsplat(E5))
@@ -67,7 +68,13 @@ def vexp_elem(x):
     tj = vgather(EXP2_32, j)
     y = vmul(tj, p)
     y = vadd(tj, y)
-    y = vmul(y, scale)  # exact
+    return vmul(y, scale)  # exact
+
+
+@_jit
+def vexp_elem(x):
+    """(a, decided) lane by lane: exp_elem of each float32 lane, for EXP_TINY < x < EXP_HUGE."""
+    y = vexp64(vwiden(x))
     eb = vmul(y, vsplat(ERR))
     a = vnarrow(vsub(y, eb))
     b = vnarrow(vadd(y, eb))
