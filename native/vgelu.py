@@ -10,14 +10,16 @@ concerned. The last n % WIDTH
 elements of a block run erf_tanh.py's scalar slots. erf_tanh.py's scalar kernels stay as
 the twins the tests and benchmarks/vgelu_exhaustive.py compare these with.
 
-erf's series costs a division per term for 13 to 59 terms, the rest a few dozen
-operations: a vector with one lane on the series would run the loop for all sixteen, so
-the erf kernels first compute every lane but the series ones, gather those WIDTH at a
-time (compress_store) and run the loop on full vectors of them (`verf_block`).
+erf's series (from 1/2 up) costs a division per term for 13 to 60 terms, the rest a few
+dozen operations. The erf kernels first try native/verf_table.py's polynomials on those
+lanes, with a budget wide enough that they decide no input the series would leave
+undecided, so every lane they decide is the scalar's. The few left (about one in 2^19)
+would run the series loop for all sixteen lanes of a vector, so they are gathered WIDTH
+at a time (compress_store) and the loop runs on full vectors of them (`verf_block`).
 
 Caching: these kernels inline native/verf_tanh.py's, native/erf_tanh.py's,
-native/crmath.py's, native/vexp.py's, native/simd.py's and native/simd64.py's functions,
-and numba's cache=True checks only this file: after editing those, clear the numba cache
+native/verf_table.py's, native/crmath.py's, native/vexp.py's, native/simd.py's and
+native/simd64.py's functions, and numba's cache=True checks only this file: after editing those, clear the numba cache
 (__pycache__/*.nbi, *.nbc).
 
 Reproducibility: elementwise, lanes independent; a lane's operations are the scalar's,
@@ -41,6 +43,7 @@ from .erf_tanh import (ALPHA, BETA, BETA_ERF, BLOCK, DEFAULT_NAN, ERF_POLY_ERR, 
 from .simd import (WIDTH, vadd, vand, veq, vload, vmul, vne, vnot, vor, vselect, vsplat, vstore,
                    vsub)
 from .simd64 import compress_store, dselect, mask_bits, viota
+from .verf_table import TABLE_ERR, verf_table
 from .verf_tanh import QUARTER, verf_any, verf_finish, verf_parts, verf_poly, vround_test, vtanh_any
 from .vexp import vexp_any
 
@@ -51,9 +54,10 @@ _STRICT = {"cache": True, "error_model": "numpy"}
 @_jit
 def verf_block(x, lo, stop, t, t_ok, scale):
     """t[i - lo] = erff(x[i] scale) for lo <= i < stop (WIDTH divides stop - lo), t_ok[i - lo]
-    1 where decided, else 0 (scale: ALPHA; 1 in benchmarks/vgelu_exhaustive.py). A vector with one lane on erf's series would run the loop for
-    all its lanes, so the series lanes are first gathered WIDTH at a time (the last group
-    padded with its last lane) and run together: each lane's operations stay the scalar's."""
+    1 where decided, else 0 (scale: ALPHA; 1 in benchmarks/vgelu_exhaustive.py). The series
+    lanes try the table; a vector with one lane left for the series would run the loop for
+    all its lanes, so those lanes are gathered WIDTH at a time (the last group padded with
+    its last lane) and run together: each lane's operations stay the scalar's."""
     one, zero = vsplat(ONE32), vsplat(ZERO32)
     at = np.empty(stop - lo + WIDTH, np.int64)
     lanes, lanes_ok = np.empty(WIDTH, np.float32), np.empty(WIDTH, np.float32)
@@ -61,12 +65,16 @@ def verf_block(x, lo, stop, t, t_ok, scale):
     for i in range(lo, stop, WIDTH):
         w = vmul(vload(x, i), vsplat(scale))
         a, sg, inside, series = verf_parts(w)
-        y = verf_poly(dselect(inside, a, vsplat(QUARTER)))  # the series lanes' comes later
-        r, ok = vround_test(y, vmul(y, vsplat(ERF_POLY_ERR)), sg)
+        ain = dselect(inside, a, vsplat(QUARTER))
+        # the series lanes try the table first (it decides no lane the series leaves undecided)
+        y = dselect(series, verf_table(ain), verf_poly(ain))
+        err = dselect(series, vsplat(TABLE_ERR), vsplat(ERF_POLY_ERR))
+        r, ok = vround_test(y, vmul(y, err), sg)
         r, ok = verf_finish(w, a, sg, inside, r, ok)
-        vstore(t, i - lo, vselect(series, w, r))  # a series lane keeps its argument for now
+        retry = vand(series, vnot(ok))
+        vstore(t, i - lo, vselect(retry, w, r))  # a lane for the series keeps its argument for now
         vstore(t_ok, i - lo, vselect(ok, one, zero))
-        m += compress_store(at, m, viota(i - lo), series)
+        m += compress_store(at, m, viota(i - lo), retry)
     for g in range(0, m, WIDTH):
         for j in range(WIDTH):
             lanes[j] = t[at[min(g + j, m - 1)]]
