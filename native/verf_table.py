@@ -24,7 +24,7 @@ Reproducibility: a lane's operations depend on its own value only; the table is 
 
 >>> import numpy as np
 >>> from numba import njit
->>> from mojolike.native.simd import vload, vstore, vwiden
+>>> from mojolike.native.simd import vload, vnarrow, vstore, vwiden
 >>> @njit
 ... def erf16(x, out):
 ...     vstore(out, 0, vnarrow(verf_table(vwiden(vload(x, 0)))))
@@ -37,12 +37,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .simd import vadd, vmul, vnarrow, vsplat, vsub  # noqa: F401 (vnarrow: the example)
+from .erf_tanh import ERF_ONE_D, ERF_POLY_END, U
+from .simd import vadd, vmul, vsplat, vsub
 from .simd64 import dge, dselect
 
-U = 2.0 ** -53
 DEGREE = 14
-EDGES = (0.5, 1.25, 2.0, 3.0, 3.92578125)  # the last: oracles/erf_tanh.ERF_ONE
+EDGES = (float(ERF_POLY_END), 1.25, 2.0, 3.0, float(ERF_ONE_D))
 TABLE_ERR = np.float64(512 * U)
 
 # TABLE[i][n]: the coefficient of t^n on interval i, nearest binary64 (`fit`)
@@ -81,7 +81,8 @@ _jit = njit(inline="always", error_model="numpy")
 _COEF = tuple(tuple(np.float64(float.fromhex(v)) for v in row) for row in TABLE)
 C0, C1, C2, C3 = _COEF  # numba freezes global tuples into the kernel as constants
 E1, E2, E3 = (np.float64(e) for e in EDGES[1:4])
-M0, M1, M2, M3 = (np.float64((lo + hi) / 2) for lo, hi in zip(EDGES, EDGES[1:]))
+MIDS = tuple(np.float64((lo + hi) / 2) for lo, hi in zip(EDGES, EDGES[1:]))
+M0, M1, M2, M3 = MIDS
 
 
 @_jit
@@ -123,9 +124,8 @@ def fit() -> tuple[tuple[str, ...], ...]:
 def horner(i: int, a: float) -> float:
     """The table's binary64 value at a on interval i, operation for operation as
     `verf_table` (Python floats are binary64, each operation rounded once)."""
-    c = (EDGES[i] + EDGES[i + 1]) / 2
-    t = a - c
-    coef = [float.fromhex(v) for v in TABLE[i]]
+    t = a - float(MIDS[i])
+    coef = [float(v) for v in _COEF[i]]
     p = coef[DEGREE]
     for n in range(DEGREE - 1, -1, -1):
         p = p * t

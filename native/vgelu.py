@@ -19,8 +19,8 @@ at a time (compress_store) and the loop runs on full vectors of them (`verf_bloc
 
 Caching: these kernels inline native/verf_tanh.py's, native/erf_tanh.py's,
 native/verf_table.py's, native/crmath.py's, native/vexp.py's, native/simd.py's and
-native/simd64.py's functions, and numba's cache=True checks only this file: after editing those, clear the numba cache
-(__pycache__/*.nbi, *.nbc).
+native/simd64.py's functions, and numba's cache=True checks only this file: after
+editing those, clear the numba cache (__pycache__/*.nbi, *.nbc).
 
 Reproducibility: elementwise, lanes independent; a lane's operations are the scalar's,
 so block size, thread count and target cannot reach the bits (every decided value is the
