@@ -3,8 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 import mojolike
+
+# No per-example deadline: a first example that waits on an import or a JIT compile, or on
+# a core another process holds, says nothing about the property under test. Timings belong
+# in benchmarks/, not in tests.
+settings.register_profile("mojolike", deadline=None)
+settings.load_profile("mojolike")
 
 CPU_BACKENDS = ("cpu-numba", "cpu-cffi")
 
