@@ -3,9 +3,10 @@
 Low-precision buffers are uint16 bit patterns. The element functions `bf16_elem`,
 `f16_elem` and `from_f16_elem` do a cast in integer arithmetic on the bit pattern
 (widened to int64, so no uint32 wraps and no numpy promotion rule reaches them);
-native/cuda/mixed.py compiles the same source for its target. The CPU kernels of
-bfloat16 use them; those of float16 do the same casts in branch-free passes over a
-block, so that LLVM packs them, with one float32 operation where it does the work:
+native/cuda/mixed.py compiles the same source for its target, and the optimizer's twin
+refresh (native/optim_twins.py) inlines them. The CPU cast kernels do the same casts
+in branch-free passes on uint32 lanes over a block, so that LLVM packs them, with one
+float32 operation where it does the work:
 
 - to float16, a |x| below 2^-14 (the float16 subnormals) is rounded by the add
   |x| + 0.5, whose ulp is 2^-24, the float16 subnormal quantum: the hardware's
@@ -101,8 +102,6 @@ def from_f16_elem(h):
     return s | ((p + 103) << 23) | ((m << (23 - p)) & 0x7FFFFF)
 
 
-_bf16_elem = njit(inline="always", error_model="numpy")(bf16_elem)
-
 IN = types.Array(float32, 1, "C", readonly=True)
 IN_BITS = types.Array(uint32, 1, "C", readonly=True)
 IN_HALF = types.Array(uint16, 1, "C", readonly=True)
@@ -110,44 +109,58 @@ OUT_HALF = uint16[::1]
 OUT_BITS = uint32[::1]
 
 
+# The CPU kernels work on uint32 lanes (u32 constants: a 64-bit int would halve the
+# vector width) over one block's slices, which LLVM packs; no value is out of uint32's
+# range except in the NaN lanes, whose result the last select replaces.
+u32 = uint32
+
+
 @njit(void(IN_BITS, OUT_HALF), parallel=True, **_STRICT)
 def _to_bf16(xb, out):
     n = xb.size
     for c in prange((n + BLOCK - 1) // BLOCK):
-        for i in range(c * BLOCK, min(n, c * BLOCK + BLOCK)):
-            out[i] = uint16(_bf16_elem(wide(xb[i])))
+        lo, hi = c * BLOCK, min(n, c * BLOCK + BLOCK)
+        src, dst = xb[lo:hi], out[lo:hi]
+        for j in range(hi - lo):
+            u = src[j]
+            r = (u + u32(0x7FFF) + ((u >> u32(16)) & u32(1))) >> u32(16)  # bf16_elem's
+            nan = (u & u32(0x7FFFFFFF)) > u32(0x7F800000)
+            dst[j] = uint16(BF16_NAN) if nan else uint16(r)
 
 
 @njit(void(IN, IN_BITS, OUT_HALF), parallel=True, **_STRICT)
 def _to_f16(x, xb, out):
     # per block: |x| into a float32 scratch (by its bits), the one add, then the integer
-    # cases; each pass a plain loop over the scratch, which LLVM packs
+    # cases; each pass a plain loop over the scratch
     n = x.size
     for c in prange((n + BLOCK - 1) // BLOCK):
         lo, hi = c * BLOCK, min(n, c * BLOCK + BLOCK)
+        src, dst = xb[lo:hi], out[lo:hi]
         small = np.empty(hi - lo, np.float32)  # |x| + 0.5: the subnormal case's rounding
         sb = small.view(np.uint32)
         for j in range(hi - lo):
-            sb[j] = xb[lo + j] & ABS_MASK
+            sb[j] = src[j] & ABS_MASK
         for j in range(hi - lo):
             small[j] = small[j] + HALF
         for j in range(hi - lo):
-            u = wide(xb[lo + j])
-            a = u & 0x7FFFFFFF
-            b = a - 0x38000000
-            r = (b + 0xFFF + ((b >> 13) & 1)) >> 13
-            r = wide(sb[j]) - HALF_BITS if a < 0x38800000 else r
-            r = 0x7C00 if a >= 0x477FF000 else r
-            r = r | ((u >> 16) & 0x8000)
-            out[lo + j] = uint16(F16_NAN if a > 0x7F800000 else r)
+            u = src[j]
+            a = u & ABS_MASK
+            b = a - u32(0x38000000)  # wraps below 2^-14, where the subnormal case replaces it
+            r = (b + u32(0xFFF) + ((b >> u32(13)) & u32(1))) >> u32(13)
+            r = sb[j] - u32(HALF_BITS) if a < u32(0x38800000) else r
+            r = u32(0x7C00) if a >= u32(0x477FF000) else r
+            r = r | ((u >> u32(16)) & u32(0x8000))
+            dst[j] = uint16(F16_NAN) if a > u32(0x7F800000) else uint16(r)
 
 
 @njit(void(IN_HALF, OUT_BITS), parallel=True, **_STRICT)
 def _from_bf16(h, ob):
     n = h.size
     for c in prange((n + BLOCK - 1) // BLOCK):
-        for i in range(c * BLOCK, min(n, c * BLOCK + BLOCK)):
-            ob[i] = uint32(wide(h[i]) << 16)
+        lo, hi = c * BLOCK, min(n, c * BLOCK + BLOCK)
+        src, dst = h[lo:hi], ob[lo:hi]
+        for j in range(hi - lo):
+            dst[j] = u32(src[j]) << u32(16)
 
 
 @njit(void(IN_HALF, OUT_BITS), parallel=True, **_STRICT)
@@ -155,16 +168,17 @@ def _from_f16(h, ob):
     n = h.size
     for c in prange((n + BLOCK - 1) // BLOCK):
         lo, hi = c * BLOCK, min(n, c * BLOCK + BLOCK)
+        src, dst = h[lo:hi], ob[lo:hi]
         t = np.empty(hi - lo, np.float32)  # the shifted pattern, then its value times 2^112
         tb = t.view(np.uint32)
         for j in range(hi - lo):
-            tb[j] = uint32((wide(h[lo + j]) & 0x7FFF) << 13)
+            tb[j] = (u32(src[j]) & u32(0x7FFF)) << u32(13)
         for j in range(hi - lo):
             t[j] = t[j] * TWO_112
         for j in range(hi - lo):
-            v = wide(h[lo + j])
-            special = 0x7F800000 if (v & 0x7C00) == 0x7C00 else 0
-            ob[lo + j] = uint32(wide(tb[j]) | special | ((v & 0x8000) << 16))
+            v = u32(src[j])
+            special = u32(0x7F800000) if (v & u32(0x7C00)) == u32(0x7C00) else u32(0)
+            dst[j] = tb[j] | special | ((v & u32(0x8000)) << u32(16))
 
 
 # the kernels tests/test_vectorized.py compiles for every target; the bfloat16 casts are
