@@ -140,6 +140,33 @@ def _claim(typingctx, counter):
     return types.int64(counter), codegen
 
 
+@intrinsic
+def _barrier(typingctx):
+    """A compiler barrier (an empty asm that clobbers memory): what was stored before it is
+    loaded again after it, so its values are not held in registers across it."""
+    def codegen(context, builder, sig, args):
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", side_effect=True)
+        builder.call(asm, [])
+        return context.get_dummy_value()
+    return types.void(), codegen
+
+
+@njit(inline="always", **_STRICT)
+def _park(sl, tile):
+    """The 4 x 6 accumulators of `tile` into sl[0:384]."""
+    for r in range(4):
+        row = tile[r]
+        for c in range(6):
+            vstore(sl, 96 * r + 16 * c, row[c])
+
+
+@njit(inline="always", **_STRICT)
+def _unpark_row(sl, r):
+    o = 96 * r
+    return (vload(sl, o), vload(sl, o + 16), vload(sl, o + 32), vload(sl, o + 48), vload(sl, o + 64),
+            vload(sl, o + 80))
+
+
 @njit(inline="always", **_STRICT)
 def _step6(acc, x, b, rb, o):
     """acc[c] + x * (16 floats of row c of b): each product rounded, then added to its lane."""
@@ -216,7 +243,7 @@ def _biased(v, bias, add):
 
 @njit(**_STRICT)
 def _gemm_block(a, b, m, n, kk, i_lo, i_hi, j_lo, j_hi, bias, has_bias, chunk_partials, out,
-                pa, pb, part):
+                pa, pb, part, sl):
     """Rows [i_lo, i_hi) of a by rows [j_lo, j_hi) of b, chunk by chunk of K: the block's
     rows of a for one chunk stay in L2; for each group of six rows of b (their chunk kept
     in L1) they pass by, TILE_ROWS at a time, then one at a time. The cells' chunk partials
@@ -253,13 +280,21 @@ def _gemm_block(a, b, m, n, kk, i_lo, i_hi, j_lo, j_hi, bias, has_bias, chunk_pa
             i0 = i_lo
             while TILE_ROWS == 4 and i_hi - i0 >= 4:
                 ra = (i0 * kk + base, (i0 + 1) * kk + base, (i0 + 2) * kk + base, (i0 + 3) * kk + base)
-                lo = _lanes_4x6(a, b, ra, rb, steps, 0, (z6, z6, z6, z6))
-                hi = _lanes_4x6(a, b, ra, rb, steps, 16, (z6, z6, z6, z6))
                 if tail:
                     for i in range(4):
                         _pad(pa, 32 * i, a, (i0 + i) * kk + k0, end - k0, NEG_ZERO)
+                lo = _lanes_4x6(a, b, ra, rb, steps, 0, (z6, z6, z6, z6))
+                if tail:
                     lo = _lanes_4x6(pa, pb, _PAD_A, _PAD_B, 1, 0, lo)
+                # lanes 0-15's 24 accumulators wait in memory while lanes 16-31 run: held in
+                # registers, LLVM spilled and shuffled them inside both loops (23 vector
+                # moves and 13-31 stack accesses per step, on znver4 and skylake-avx512)
+                _park(sl, lo)
+                _barrier()
+                hi = _lanes_4x6(a, b, ra, rb, steps, 16, (z6, z6, z6, z6))
+                if tail:
                     hi = _lanes_4x6(pa, pb, _PAD_A, _PAD_B, 1, 16, hi)
+                lo = (_unpark_row(sl, 0), _unpark_row(sl, 1), _unpark_row(sl, 2), _unpark_row(sl, 3))
                 r01 = vpairsum(_fly_row(lo[0], hi[0]), _fly_row(lo[1], hi[1]), 1)
                 r23 = vpairsum(_fly_row(lo[2], hi[2]), _fly_row(lo[3], hi[3]), 1)
                 o = at + i0 * stride + j0
@@ -304,12 +339,13 @@ def _gemm_nt(a, b, m, n, kk, bias, has_bias, chunk_partials, out):
             continue
         pa = np.empty(32 * 4, np.float32)
         pb = np.empty(32 * TILE_COLS, np.float32)
+        sl = np.empty(4 * 6 * 16, np.float32)  # a 4 x 6 tile's parked accumulators
         part = np.empty(mb * B_BLOCK_ROWS * nchunks if nchunks > 1 else 1, np.float32)
         while blk < nblocks:
             i_lo = blk // nbj * mb
             j_lo = blk % nbj * B_BLOCK_ROWS
             _gemm_block(a, b, m, n, kk, i_lo, min(i_lo + mb, m), j_lo, min(j_lo + B_BLOCK_ROWS, n),
-                        bias, has_bias, chunk_partials, out, pa, pb, part)
+                        bias, has_bias, chunk_partials, out, pa, pb, part, sl)
             blk = _claim(claimed)
 
 
