@@ -42,7 +42,7 @@ from .erf_tanh import (ALPHA, BETA, BETA_ERF, BLOCK, DEFAULT_NAN, ERF_POLY_ERR, 
                        gelu_erf_grad_slot, gelu_erf_slot, gelu_tanh_grad_slot, gelu_tanh_slot)
 from .simd import (WIDTH, vadd, vand, veq, vload, vmul, vne, vnot, vor, vselect, vsplat, vstore,
                    vsub)
-from .simd64 import compress_store, dselect, mask_bits, viota
+from .simd64 import compress_store, dselect, mask_bits, vany, viota
 from .verf_table import TABLE_ERR, verf_table
 from .verf_tanh import QUARTER, verf_any, verf_finish, verf_parts, verf_poly, vround_test, vtanh_any
 from .vexp import vexp_any
@@ -74,7 +74,8 @@ def verf_block(x, lo, stop, t, t_ok, scale):
         retry = vand(series, vnot(ok))
         vstore(t, i - lo, vselect(retry, w, r))  # a lane for the series keeps its argument for now
         vstore(t_ok, i - lo, vselect(ok, one, zero))
-        m += compress_store(at, m, viota(i - lo), retry)
+        if vany(retry):  # rare; a compress to memory is microcoded on some CPUs (Zen 4)
+            m += compress_store(at, m, viota(i - lo), retry)
     for g in range(0, m, WIDTH):
         for j in range(WIDTH):
             lanes[j] = t[at[min(g + j, m - 1)]]

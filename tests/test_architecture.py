@@ -55,7 +55,7 @@ def room(module: str) -> str:
         return "contracts"
     if module.startswith("mojolike.cards"):
         return "cards"
-    if module == "mojolike._fpcsr":  # the compiled helper of core.fpstate
+    if module in ("mojolike._fpcsr", "mojolike._buffers"):  # compiled helpers of the core
         return "core"
     for r in ROOMS:
         if module == r or module.startswith(r + "."):
@@ -104,7 +104,7 @@ def _is_module(name: str) -> bool:
         head = ".".join(parts[:n])
         if head in folder:
             base = ROOT / folder[head] / Path(*parts[n:])
-            # a .c beside the modules is an extension module (mojolike._fpcsr)
+            # a .c beside the modules is an extension module (mojolike._fpcsr, _buffers)
             return any(base.with_suffix(s).is_file() for s in (".py", ".c")) or \
                 (base / "__init__.py").is_file()
     return False

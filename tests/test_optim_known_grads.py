@@ -121,3 +121,40 @@ def test_the_torch_adapter_follows_a_gradient_replaced_or_moved_between_steps():
         ref.step([w.grad.numpy().copy() for w in ws])
     for w, v in zip(ws, views):
         assert w.detach().numpy().tobytes() == v.tobytes()
+
+
+def test_the_compiled_address_reader_equals_numpys_for_every_kind_of_array(monkeypatch):
+    from mojolike.core import pieces
+    read_only = np.zeros(4, np.float32)
+    read_only.flags.writeable = False
+    arrays = [np.zeros(3, np.float32), None, np.zeros(0, np.float32),
+              np.zeros((4, 6), np.float32)[:, ::2], np.zeros((2, 3), np.float32), read_only,
+              np.arange(10, dtype=np.float32)[3:]]
+    want = tuple(None if a is None else a.__array_interface__["data"][0] for a in arrays)
+    assert pieces._addresses is not None, "mojolike._buffers was not built"
+    assert pieces.addresses_of(arrays) == want
+    assert pieces.addresses_of(tuple(arrays)) == want
+    monkeypatch.setattr(pieces, "_addresses", None)  # the fallback without a compiler
+    assert pieces.addresses_of(arrays) == want
+
+
+def test_a_parameter_resized_under_the_optimizer_is_refused_by_name():
+    params, grads = _setup(owned=True)
+    opt = mojolike.Adam(params, lr=0.1, backend="cpu-numba")
+    opt.step(grads)
+    start = params[0].__array_interface__["data"][0]
+    params[0].resize(1 << 20, refcheck=False)
+    with pytest.raises(Refusal) as e:  # its shape changed
+        opt.step(grads)
+    assert e.value.option == "params[0]" and "reallocated" in str(e.value)
+    params[0].resize(5, refcheck=False)  # its shape back, its memory most likely elsewhere
+    params[0][...] = 7.0
+    moved = params[0].__array_interface__["data"][0] != start
+    if moved:
+        with pytest.raises(Refusal) as e:
+            opt.step(grads)
+        assert e.value.option == "params[0]"
+        assert params[0].tolist() == [7.0] * 5
+    else:  # realloc kept the block: the registry's pointer is still right, the step runs
+        opt.step(grads)
+        assert params[0].tolist() != [7.0] * 5

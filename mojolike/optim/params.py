@@ -26,7 +26,7 @@ import weakref
 import numpy as np
 
 from ..core.checks import as_f32, disjoint, shape_of
-from ..core.pieces import Pieces, address
+from ..core.pieces import Pieces, address, addresses_of
 from ..core.refusals import refuse
 
 _F32 = np.dtype(np.float32)
@@ -82,7 +82,8 @@ def end_to_end(views: list[np.ndarray]) -> np.ndarray | None:
 
 class _Seen:
     """What `Registry._known` needs of gradients that passed every check: weak references to
-    the arrays (None for a frozen slot), the addresses of those that own their memory, the
+    the arrays (None for a frozen slot), those that own their memory (their indices, their
+    addresses), the
     operand's recipe (a flat view: its root, (root address, offset), size; or the pieces'
     address table), which tensors are present and every array's address (None: frozen)."""
 
@@ -104,9 +105,9 @@ class _Seen:
                     operand.size)
         elif isinstance(operand, Pieces):
             table = operand.addresses
-        where = tuple(None if g is None else address(g) for g in items)
-        owners = [(i, a) for i, (g, a) in enumerate(zip(items, where)) if g is not None and
-                  g.base is None]
+        where = addresses_of(items)
+        mine = [i for i, g in enumerate(items) if g is not None and g.base is None]
+        owners = (mine, tuple(where[i] for i in mine))
         return _Seen([None if g is None else weakref.ref(g) for g in items], frozen, owners, flat,
                      table, tuple(present), where)
 
@@ -140,6 +141,10 @@ class Registry:
         # the arrays that own their memory need their address read at each step
         self._owners = [i for i, p in enumerate(items) if isinstance(p, np.ndarray) and
                         p.base is None]
+        # what check_unchanged compares in one pass each (the loops above name the culprit)
+        self._shapes_held = [None if p is None else p.shape for p in self._items]
+        self._owner_items = [self._items[i] for i in self._owners]
+        self._owner_addresses = tuple(self._layout[i][0] for i in self._owners)
         self._seen = None  # the last gradients that passed every check (see `_known`)
 
     @property
@@ -149,12 +154,14 @@ class Registry:
     def check_unchanged(self) -> None:
         """Refuse when a parameter was resized or reallocated under the registry (numpy arrays;
         other buffers cannot be resized while exported)."""
-        for i, (item, layout) in enumerate(zip(self._items, self._layout)):
-            if item is not None and item.shape != layout[1]:
-                self._moved(i)
-        for i in self._owners:
-            if address(self._items[i]) != self._layout[i][0]:
-                self._moved(i)
+        if [None if p is None else p.shape for p in self._items] != self._shapes_held:
+            for i, (item, layout) in enumerate(zip(self._items, self._layout)):
+                if item is not None and item.shape != layout[1]:
+                    self._moved(i)
+        if addresses_of(self._owner_items) != self._owner_addresses:
+            for i in self._owners:
+                if address(self._items[i]) != self._layout[i][0]:
+                    self._moved(i)
 
     def _moved(self, i: int) -> None:
         refuse(self.entry, f"params[{i}]", "was resized or reallocated after the optimizer "
@@ -224,9 +231,11 @@ class Registry:
                     o.shape != shape or o.dtype is not _F32 or not o.flags.c_contiguous or \
                     (writable and not o.flags.writeable):
                 return None
-        if same and any(address(grads[i]) != a for i, a in seen.owners):
+        if same and seen.owners[0] and \
+                addresses_of([grads[i] for i in seen.owners[0]]) != seen.owners[1]:
             return None
-        views = [None if g is None else g.reshape(-1) for g in grads]
+        # a 1-D array is its own flat view (a reshape a step per tensor costs more than the checks)
+        views = [g if g is None or g.ndim == 1 else g.reshape(-1) for g in grads]
         if seen.flat is not None:  # end to end in one allocation, or one array
             root, start, total = seen.flat
             if len(views) == 1:
