@@ -6,7 +6,9 @@ the degree-14 polynomial interpolating erf at the 15 Chebyshev nodes of the inte
 its monomial coefficients in t rounded to binary64 (`fit`, mpmath at 256 bits; TABLE
 holds them in hex and tests/test_verf_table.py checks them against `fit`). t is exact (a
 is a binary32 value at least 1/2, c has few bits), Horner runs in binary64 with one
-rounding per operation, coefficients picked per lane by three compares. The interpolant
+rounding per operation, coefficients picked per lane by three compares
+(`verf_table`), or each interval's polynomial run on splat coefficients where some lane
+lies in it (`verf_table_into`): the same operations and constants for every lane. The interpolant
 is within 2^-49.4 of erf relative, the rounded coefficients and Horner's 28 roundings add
 a few u (u = 2^-53): sampled against mpmath, at most about 2^-51 (`fit_error`).
 
@@ -38,8 +40,8 @@ import numpy as np
 from numba import njit
 
 from .erf_tanh import ERF_ONE_D, ERF_POLY_END, U
-from .simd import vadd, vmul, vsplat, vsub
-from .simd64 import dge, dselect
+from .simd import vadd, vand, vmul, vnot, vsplat, vsub
+from .simd64 import dge, dselect, vany
 
 DEGREE = 14
 EDGES = (float(ERF_POLY_END), 1.25, 2.0, 3.0, float(ERF_ONE_D))
@@ -102,6 +104,41 @@ def verf_table(a):
         p = vmul(p, t)
         p = vadd(p, _pick(m1, m2, m3, C0[n], C1[n], C2[n], C3[n]))
     return p
+
+
+@_jit
+def _horner_on(a, mid, coef):
+    """One interval's polynomial on every lane (its coefficients splat), as `horner`."""
+    t = vsub(a, vsplat(mid))  # exact on the interval's lanes
+    p = vsplat(coef[DEGREE])
+    for n in range(DEGREE - 1, -1, -1):
+        p = vmul(p, t)
+        p = vadd(p, vsplat(coef[n]))
+    return p
+
+
+@_jit
+def verf_table_into(a, y, series):
+    """y with verf_table(a) on the lanes in `series` (EDGES[0] <= a < EDGES[4]), lane for lane
+    the same operations and constants. A vector's lanes mostly lie in one or two intervals
+    (GELU's inputs cluster near 0): each interval some lane lies in runs its own polynomial
+    on splat coefficients, cheaper than picking every coefficient per lane; from three
+    intervals up, verf_table's per-lane pick is the cheaper."""
+    m1, m2, m3 = dge(a, vsplat(E1)), dge(a, vsplat(E2)), dge(a, vsplat(E3))
+    in0, in1, in2 = vand(series, vnot(m1)), vand(m1, vnot(m2)), vand(m2, vnot(m3))
+    in3 = vand(series, m3)
+    h0, h1, h2, h3 = vany(in0), vany(in1), vany(in2), vany(in3)
+    if h0 + h1 + h2 + h3 >= 3:
+        return dselect(series, verf_table(a), y)
+    if h0:
+        y = dselect(in0, _horner_on(a, M0, C0), y)
+    if h1:
+        y = dselect(in1, _horner_on(a, M1, C1), y)
+    if h2:
+        y = dselect(in2, _horner_on(a, M2, C2), y)
+    if h3:
+        y = dselect(in3, _horner_on(a, M3, C3), y)
+    return y
 
 
 def fit() -> tuple[tuple[str, ...], ...]:

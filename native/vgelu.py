@@ -43,7 +43,7 @@ from .erf_tanh import (ALPHA, BETA, BETA_ERF, BLOCK, DEFAULT_NAN, ERF_POLY_ERR, 
 from .simd import (WIDTH, vadd, vand, veq, vload, vmul, vne, vnot, vor, vselect, vsplat, vstore,
                    vsub)
 from .simd64 import compress_store, dselect, mask_bits, vany, viota
-from .verf_table import TABLE_ERR, verf_table
+from .verf_table import TABLE_ERR, verf_table_into
 from .verf_tanh import QUARTER, verf_any, verf_finish, verf_parts, verf_poly, vround_test, vtanh_any
 from .vexp import vexp_any
 
@@ -66,8 +66,11 @@ def verf_block(x, lo, stop, t, t_ok, scale):
         w = vmul(vload(x, i), vsplat(scale))
         a, sg, inside, series = verf_parts(w)
         ain = dselect(inside, a, vsplat(QUARTER))
+        y = ain
+        if vany(vand(inside, vnot(series))):
+            y = verf_poly(ain)
         # the series lanes try the table first (it decides no lane the series leaves undecided)
-        y = dselect(series, verf_table(ain), verf_poly(ain))
+        y = verf_table_into(ain, y, series)
         err = dselect(series, vsplat(TABLE_ERR), vsplat(ERF_POLY_ERR))
         r, ok = vround_test(y, vmul(y, err), sg)
         r, ok = verf_finish(w, a, sg, inside, r, ok)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mojolike.native import erf_tanh, verf_table
-from mojolike.native.simd import WIDTH, vload, vnarrow, vstore, vsub, vwiden
+from mojolike.native.simd import WIDTH, vload, vnarrow, vsplat, vstore, vsub, vwiden
+from mojolike.native.simd64 import dge, dselect
 from numba import njit
 
 mpmath = pytest.importorskip("mpmath")
@@ -80,3 +81,47 @@ def test_every_vector_lane_is_the_documented_horner_sequence():
         h32 = np.float32(want)
         m32 = np.float32(want - float(h32))
         assert (h, m, low) == (h32, m32, np.float32(want - float(h32) - float(m32))), a
+
+
+@njit(error_model="numpy")
+def _parts(y, out, i):
+    """y's lanes as three binary32 parts that sum to it exactly, into out[0:3, i:i + WIDTH]."""
+    h = vnarrow(y)
+    r = vsub(y, vwiden(h))
+    m = vnarrow(r)
+    vstore(out[0], i, h)
+    vstore(out[1], i, m)
+    vstore(out[2], i, vnarrow(vsub(r, vwiden(m))))
+
+
+@njit(error_model="numpy")
+def _into(x, keep, out, ref):
+    """verf_table_into on x's lanes (the series lanes: x >= EDGES[0]; the others keep `keep`),
+    and verf_table where a lane is a series lane, for comparison, as exact binary32 parts."""
+    for i in range(0, x.size, WIDTH):
+        a = vwiden(vload(x, i))
+        series = dge(a, vsplat(np.float64(verf_table.EDGES[0])))
+        y = vwiden(vload(keep, i))
+        _parts(verf_table.verf_table_into(a, y, series), out, i)
+        _parts(dselect(series, verf_table.verf_table(a), y), ref, i)
+
+
+@pytest.mark.parametrize("intervals", [(0,), (1,), (3,), (0, 1), (1, 2), (0, 2, 3), (0, 1, 2, 3)])
+def test_running_each_present_interval_on_splat_coefficients_equals_the_per_lane_pick(intervals):
+    rng = np.random.default_rng(len(intervals) * 10 + intervals[0])
+    edges = verf_table.EDGES
+    lanes = []
+    for v in range(64):  # 64 vectors, each with lanes below 1/2 and in the chosen intervals
+        for j in range(WIDTH):
+            k = intervals[(v + j) % len(intervals)]
+            lo, hi = edges[k], edges[k + 1]
+            lanes.append(rng.uniform(0.0, 0.5) if j % 5 == 4 else rng.uniform(lo, hi))
+    x = np.float32(lanes)
+    x = np.minimum(x, np.nextafter(np.float32(edges[-1]), np.float32(0)))
+    keep = np.float32(rng.uniform(0.0, 1.0, x.size))
+    out, ref = np.empty((3, x.size), np.float32), np.empty((3, x.size), np.float32)
+    _into(x, keep, out, ref)
+    assert out.view(np.uint32).tolist() == ref.view(np.uint32).tolist()
+    below = x < np.float32(edges[0])
+    assert out[0, below].view(np.uint32).tolist() == keep[below].view(np.uint32).tolist()
+    assert not out[1:, below].any()
