@@ -33,7 +33,6 @@ no sum is split by thread.
 """
 from __future__ import annotations
 
-import llvmlite.binding as llvm
 import numba
 import numpy as np
 from llvmlite import ir
@@ -45,6 +44,7 @@ from .col_fold import col_fold as _col_fold
 from .fold import NEG_ZERO
 from .simd import (vadd, vbutterfly, vload, vload_head, vmul, vpairsum, vsplat, vstore,
                    vstore_head, vswap_halves)
+from .target import add16_asm
 from .threads import Twin, num_threads
 
 _STRICT = dict(cache=True, error_model="numpy")  # fastmath off: no contraction, no reassociation
@@ -86,32 +86,13 @@ def _pairwise_at(p, o, k):
     return _pairwise_strided(p, o, 1, k)
 
 
-def target_asm(ir_text: str) -> tuple[str, str]:
-    """(the assembly LLVM emits for the module `ir_text` on the CPU numba compiles for, the
-    process triple): NUMBA_CPU_NAME / NUMBA_CPU_FEATURES where set, else the host's."""
-    cpu = numba.config.CPU_NAME
-    if cpu is None or cpu == "host":
-        cpu = llvm.get_host_cpu_name()
-    features = numba.config.CPU_FEATURES
-    if features is None:
-        features = llvm.get_host_cpu_features().flatten()
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    triple = llvm.get_process_triple()
-    machine = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features)
-    probe = llvm.parse_assembly(ir_text)
-    probe.triple = triple
-    return machine.emit_assembly(probe), triple
-
-
 def _target_tile() -> tuple[int, int]:
     """The GEMM's register tile for the CPU numba compiles for: (rows of a per tile, rows of b
     per multiply-add group). A tile's accumulators, a row of a and a product must fit the
     vector registers or the loop spills. LLVM lowers the probe's 16-float add to one zmm (32
     registers: 4 x 6 cells, 24 accumulators), two ymm (16 registers: 1 x 6, 12 ymm), or four
     128-bit registers (NEON's 32: 1 x 6; SSE2's 16: 1 x 6 as three groups of 1 x 2)."""
-    asm, triple = target_asm("define <16 x float> @probe(<16 x float> %a, <16 x float> %b) {\n"
-                             "  %c = fadd <16 x float> %a, %b\n  ret <16 x float> %c\n}\n")
+    asm, triple = add16_asm()
     if "zmm" in asm:
         return 4, 6
     if "ymm" in asm or not triple.startswith(("x86_64", "i386", "i686")):

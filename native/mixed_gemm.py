@@ -46,6 +46,7 @@ from . import layers
 from .layers import F1, IN1
 from .retarget import retarget
 from .simd import WIDTH, vec, vload
+from .target import target_asm
 from .threads import Twin
 
 _STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: the one fma is written out
@@ -57,7 +58,7 @@ def _target_has_fma() -> bool:
     """Whether the CPU numba compiles for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES, else the host)
     does a fused multiply-add of vectors in an instruction: LLVM's code for one, without a
     call (a target without FMA gets libm's fmaf, which certified paths never use)."""
-    asm, _ = layers.target_asm(
+    asm, _ = target_asm(
         "declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)\n"
         "define <4 x float> @probe(<4 x float> %a, <4 x float> %b, <4 x float> %c) {\n"
         "  %d = call <4 x float> @llvm.fma.v4f32(<4 x float> %a, <4 x float> %b, <4 x float> %c)\n"

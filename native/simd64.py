@@ -9,7 +9,10 @@ whether a `Mask` has a True lane (a loop over lanes still going) and `mask_bits`
 mask as an integer, bit j for lane j (a scalar loop over the few lanes that need one).
 `viota` and `compress_store` gather the indices of the lanes a mask selects (vpcompressq
 on AVX-512, a store per lane elsewhere), so that a costly branch runs on full vectors.
-None of them rounds: a compare and a select move bits.
+`vlookup32` looks lanes up in a 32-entry binary64 table: four in-register permutes on
+AVX-512 targets (a 16-lane gather is slow on some of them, AMD's Zen 4), simd.py's
+`vgather` elsewhere; both read the same entry. None of them rounds: a compare, a select
+and a lookup move bits.
 
 Reproducibility: no arithmetic, so nothing here can change a bit.
 
@@ -31,6 +34,8 @@ from numba.core import cgutils
 from numba.core.extending import intrinsic
 
 from .simd import _MASK, _VECI, WIDTH, mask, vecd, veci
+from .simd import vgather as _vgather
+from .target import has_zmm
 
 
 def _compare(name: str, op: str):
@@ -125,3 +130,51 @@ def compress_store(typingctx, arr, pos, v, m):
             f"llvm.ctpop.i{WIDTH}")
         return builder.zext(builder.call(pop, [_as_int(builder, args[3])]), ir.IntType(64))
     return types.int64(arr, pos, v, m), codegen
+
+
+_HALF = WIDTH // 2
+_D8, _I8 = ir.VectorType(ir.DoubleType(), _HALF), ir.VectorType(ir.IntType(64), _HALF)
+_PERMUTE = "llvm.x86.avx512.vpermi2var.pd.512"
+
+
+def _half(builder, v, upper: bool):
+    lanes = [i + (_HALF if upper else 0) for i in range(_HALF)]
+    return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), _HALF), lanes))
+
+
+def _permute_lookup(builder, table_ptr, idx):
+    """table[idx] lane by lane for idx in [0, 32): per 8 lanes, vpermi2pd picks from entries
+    0-15 and from 16-31 by the index's low four bits, and bit 4 chooses between them."""
+    rows = builder.bitcast(table_ptr, _D8.as_pointer())
+    t = [builder.load(builder.gep(rows, [ir.Constant(ir.IntType(64), r)]), align=8)
+         for r in range(4)]
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_D8, [_D8, _I8, _D8]),
+                                        _PERMUTE)
+    halves = []
+    for upper in (False, True):
+        i = _half(builder, idx, upper)
+        low = builder.call(fn, [t[0], i, t[1]])
+        high = builder.call(fn, [t[2], i, t[3]])
+        bit4 = builder.and_(i, ir.Constant(_I8, [16] * _HALF))
+        halves.append(builder.select(builder.icmp_unsigned("!=", bit4, ir.Constant(_I8, [0] * _HALF)),
+                                     high, low))
+    return builder.shuffle_vector(halves[0], halves[1],
+                                  ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), list(range(WIDTH))))
+
+
+if has_zmm():
+    @intrinsic
+    def vlookup32(typingctx, table, idx):
+        """Lane by lane table[idx] of a C-contiguous 1-D float64 array of at least 32 entries,
+        idx in [0, 32) (unchecked): four permutes, the table read as four vectors."""
+        if not (isinstance(table, types.Array) and table.dtype == types.float64
+                and table.ndim == 1 and table.layout == "C") or idx != veci:
+            return None
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            return _permute_lookup(builder, ary.data, args[1])
+        return vecd(table, idx), codegen
+else:
+    vlookup32 = _vgather  # a gather where the target has one, else a load per lane

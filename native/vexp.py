@@ -8,7 +8,7 @@ spelled on the bit pattern of t = x / (ln 2 / 32) + SHIFTER instead of `int(kd)`
 differ by exactly k; and 2^q (the scalar's POW2[q + 160], q = (k - j) / 32 in [-151, 129]
 inside exp_elem's domain) is the binary64 with pattern (k - j) * 2^47 + 1023 * 2^52, so no
 arithmetic shift is needed (the baseline and AVX2 targets have none for int64). The table
-2^(j/32) is looked up with `vgather`.
+2^(j/32) is looked up with simd64's `vlookup32` (permutes on AVX-512, a gather elsewhere).
 
 >>> import numpy as np
 >>> from numba import njit
@@ -29,8 +29,9 @@ from numba import njit
 
 from .crmath import (E2, E3, E4, E5, E6, ERR, EXP2_32, EXP_HUGE, EXP_TINY, INV_LN2_32, LN2_32_HI,
                      LN2_32_LO, ONE, SHIFTER)
-from .simd import (vadd, vall, vand, vbits, vfrombits, veq, vge, vgather, vgt, vlt, vmul, vnarrow,
+from .simd import (vadd, vall, vand, vbits, vfrombits, veq, vge, vgt, vlt, vmul, vnarrow,
                    vne, vnot, vor, vselect, vshl, vsplat, vsub, vwiden)
+from .simd64 import vlookup32
 
 _jit = njit(inline="always", error_model="numpy")
 SHIFTER_BITS = np.int64(np.float64(SHIFTER).view(np.int64))
@@ -65,7 +66,7 @@ def vexp64(t):
     u = vmul(r, u)
     u = vadd(u, vsplat(ONE))
     p = vmul(r, u)
-    tj = vgather(EXP2_32, j)
+    tj = vlookup32(EXP2_32, j)
     y = vmul(tj, p)
     y = vadd(tj, y)
     return vmul(y, scale)  # exact
