@@ -44,7 +44,7 @@ from .col_fold import col_fold as _col_fold
 from .fold import NEG_ZERO
 from .simd import (vadd, vbutterfly, vload, vload_head, vmul, vpairsum, vsplat, vstore,
                    vstore_head, vswap_halves)
-from .target import add16_asm
+from .target import add16_asm, has_zmm
 from .threads import Twin, num_threads
 
 _STRICT = dict(cache=True, error_model="numpy")  # fastmath off: no contraction, no reassociation
@@ -93,7 +93,7 @@ def _target_tile() -> tuple[int, int]:
     registers: 4 x 6 cells, 24 accumulators), two ymm (16 registers: 1 x 6, 12 ymm), or four
     128-bit registers (NEON's 32: 1 x 6; SSE2's 16: 1 x 6 as three groups of 1 x 2)."""
     asm, triple = add16_asm()
-    if "zmm" in asm:
+    if has_zmm():
         return 4, 6
     if "ymm" in asm or not triple.startswith(("x86_64", "i386", "i686")):
         return 1, 6

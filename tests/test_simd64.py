@@ -11,21 +11,11 @@ from pathlib import Path
 import numpy as np
 from mojolike.native import simd64, target
 from mojolike.native.crmath import EXP2_32
-from mojolike.native.simd import WIDTH, vbits, vgather, vload, vnarrow, vsplat, vstore, vsub, vwiden
+from mojolike.native.simd import WIDTH, vbits, vgather, vload, vsplat, vsub, vwiden
 from numba import njit
+from vector_parts import store_parts
 
 TWO52 = np.float64(2.0 ** 52)
-
-
-@njit
-def _store_parts(y, out, i):
-    """y's lanes as three binary32 parts that sum to it exactly (y normal, 53 bits at most)."""
-    h = vnarrow(y)
-    r = vsub(y, vwiden(h))
-    m = vnarrow(r)
-    vstore(out[0], i, h)
-    vstore(out[1], i, m)
-    vstore(out[2], i, vnarrow(vsub(r, vwiden(m))))
 
 
 @njit
@@ -34,8 +24,8 @@ def _lookup(table, idx, out, ref):
     for i in range(0, idx.size, WIDTH):
         d = vsub(vwiden(vload(idx, i)), vsplat(-TWO52))  # 2^52 + j: its pattern is 2^52's + j
         k = vsub(vbits(d), vbits(vsplat(TWO52)))
-        _store_parts(simd64.vlookup32(table, k), out, i)
-        _store_parts(vgather(table, k), ref, i)
+        store_parts(simd64.vlookup32(table, k), out[0], out[1], out[2], i)
+        store_parts(vgather(table, k), ref[0], ref[1], ref[2], i)
 
 
 def lookups_equal_the_table() -> bool:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mojolike.native import erf_tanh, verf_table
-from mojolike.native.simd import WIDTH, vload, vnarrow, vsplat, vstore, vsub, vwiden
+from mojolike.native.simd import WIDTH, vload, vsplat, vwiden
 from mojolike.native.simd64 import dge, dselect
 from numba import njit
+from vector_parts import store_parts
 
 mpmath = pytest.importorskip("mpmath")
 
@@ -24,13 +25,7 @@ def _table(x, hi, mid, lo):
     """verf_table of x's lanes as three binary32 parts that sum to it exactly (each remainder
     is exact, and the last has at most 53 - 48 bits)."""
     for i in range(0, x.size, WIDTH):
-        y = verf_table.verf_table(vwiden(vload(x, i)))
-        h = vnarrow(y)
-        r = vsub(y, vwiden(h))
-        m = vnarrow(r)
-        vstore(hi, i, h)
-        vstore(mid, i, m)
-        vstore(lo, i, vnarrow(vsub(r, vwiden(m))))
+        store_parts(verf_table.verf_table(vwiden(vload(x, i))), hi, mid, lo, i)
 
 
 def _longest_series() -> int:
@@ -84,17 +79,6 @@ def test_every_vector_lane_is_the_documented_horner_sequence():
 
 
 @njit(error_model="numpy")
-def _parts(y, out, i):
-    """y's lanes as three binary32 parts that sum to it exactly, into out[0:3, i:i + WIDTH]."""
-    h = vnarrow(y)
-    r = vsub(y, vwiden(h))
-    m = vnarrow(r)
-    vstore(out[0], i, h)
-    vstore(out[1], i, m)
-    vstore(out[2], i, vnarrow(vsub(r, vwiden(m))))
-
-
-@njit(error_model="numpy")
 def _into(x, keep, out, ref):
     """verf_table_into on x's lanes (the series lanes: x >= EDGES[0]; the others keep `keep`),
     and verf_table where a lane is a series lane, for comparison, as exact binary32 parts."""
@@ -102,8 +86,8 @@ def _into(x, keep, out, ref):
         a = vwiden(vload(x, i))
         series = dge(a, vsplat(np.float64(verf_table.EDGES[0])))
         y = vwiden(vload(keep, i))
-        _parts(verf_table.verf_table_into(a, y, series), out, i)
-        _parts(dselect(series, verf_table.verf_table(a), y), ref, i)
+        store_parts(verf_table.verf_table_into(a, y, series), out[0], out[1], out[2], i)
+        store_parts(dselect(series, verf_table.verf_table(a), y), ref[0], ref[1], ref[2], i)
 
 
 @pytest.mark.parametrize("intervals", [(0,), (1,), (3,), (0, 1), (1, 2), (0, 2, 3), (0, 1, 2, 3)])
