@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import available
+from gemm_entries import entries, patterns
 
 from mojolike.core import registry
 
@@ -16,30 +17,10 @@ pytestmark = pytest.mark.skipif(not available("cpu-numba"), reason="cpu-numba is
 
 KS = [1, 31, 32, 33, 64, 1023, 1024, 1025, 2100]
 MN = [(1, 1), (5, 7), (7, 13), (13, 5)]
-NAN = np.uint32(0x7FC00000)
 
 
 def kernels(backend):
     return registry.kernels("tests", "layers", backend, "identical")
-
-
-def patterns(x: np.ndarray) -> np.ndarray:
-    """The uint32 bit patterns, every NaN as 0x7fc00000."""
-    u = np.ascontiguousarray(x, np.float32).view(np.uint32).copy()
-    u[np.isnan(x)] = NAN
-    return u
-
-
-def entries(shape, seed: int, special: bool) -> np.ndarray:
-    """Normal values; with `special`, about one entry in 40 replaced by -0.0, +0.0, a
-    subnormal, +-inf or NaN (sparse enough that most cells stay finite)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape).astype(np.float32)
-    if special:
-        picks = np.float32([-0.0, 0.0, 1e-40, -3e-42, np.inf, -np.inf, np.nan, 1e-45])
-        where = rng.random(shape) < 0.025
-        x[where] = rng.choice(picks, size=int(where.sum()))
-    return x
 
 
 def gemm(backend, a, b, bias):

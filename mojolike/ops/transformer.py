@@ -495,11 +495,18 @@ def matmul(a, b, *, backend=None, numeric_mode=None, entry, **unknown) -> np.nda
     m, kk, n = x.shape[-2], x.shape[-1], y.shape[-1]
     ia, ib = _entries(x.shape[:-2], batch), _entries(y.shape[:-2], batch)
     xa = x.reshape(-1, m, kk)
-    yt = _transposed(y)  # (Pb, N, K): gemm_nt's b
     out = checks.empty(entry, "a", batch + (m, n))
     o3 = out.reshape(-1, m, n)
+    pairs = enumerate(zip(ia.tolist(), ib.tolist()))
+    nn = getattr(k, "gemm_nn", None)
+    if low is None and nn is not None:  # b as stored (cpu-numba): the same cells, no copy
+        yb = y.reshape(-1, kk, n)
+        for p, (i, j) in pairs:
+            nn(xa[i], yb[j], o3[p])
+        return out
+    yt = _transposed(y)  # (Pb, N, K): gemm_nt's b
     gemm = mixed.gemm_nt(entry, low, k, backend, numeric_mode)  # low types: FMA if exact
-    for p, (i, j) in enumerate(zip(ia.tolist(), ib.tolist())):
+    for p, (i, j) in pairs:
         gemm(xa[i], yt[j], _NONE, False, o3[p])
     return out
 
@@ -545,12 +552,16 @@ def matmul_backward(dy, a, b, *, backend=None, numeric_mode=None, entry, **unkno
     g3 = g.reshape(-1, m, n)
     xt = _transposed(x)  # (Pa, K, M)
     yb = y.reshape(-1, kk, n)  # (Pb, K, N): dY B^T = gemm_nt(dY, B)
-    gt = _transposed(g)  # (P, N, M): A^T dY = gemm_nt(A^T, dY^T)
+    nn = getattr(k, "gemm_nn", None)  # A^T dY with dY as stored (cpu-numba)
+    gt = None if nn is not None else _transposed(g)  # (P, N, M): A^T dY = gemm_nt(A^T, dY^T)
     ga = checks.empty(entry, "a", (ia.size, m, kk))
     gb = checks.empty(entry, "b", (ib.size, kk, n))
     for p, (i, j) in enumerate(zip(ia.tolist(), ib.tolist())):
         k.gemm_nt(g3[p], yb[j], _NONE, False, ga[p])
-        k.gemm_nt(xt[i], gt[p], _NONE, False, gb[p])
+        if nn is not None:
+            nn(xt[i], g3[p], gb[p])
+        else:
+            k.gemm_nt(xt[i], gt[p], _NONE, False, gb[p])
     da = _reduce(k, entry, "a", ga, ia, x.shape[:-2], x.shape)
     db = _reduce(k, entry, "b", gb, ib, y.shape[:-2], y.shape)
     return da, db

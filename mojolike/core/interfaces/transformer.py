@@ -12,8 +12,8 @@ one-element placeholders. Dropout (p > 0) keeps position ((b H + h) L + i) S + j
 Philox stream `stream` under key (k0, k1) when its uniform u >= p, scaled by keep_scale.
 
 The batched matmul has no kernel of its own: it is the layers family's `gemm_nt` per
-batch entry and its `segment_fold` over broadcast entries (contracts/transformer.md
-clauses 8, 9). GELU, tanhf and erff are elementwise correctly rounded functions and
+batch entry (on cpu-numba its `gemm_nn`, the same cells with b as stored) and its
+`segment_fold` over broadcast entries (contracts/transformer.md clauses 8, 9). GELU, tanhf and erff are elementwise correctly rounded functions and
 live with expf in the crmath family.
 
 Reproducibility: every sum is the fold tree of `mojolike.oracles.fold` in the index
