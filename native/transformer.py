@@ -232,9 +232,9 @@ def _softmax_backward(dy, y, m, n, log, dx, status, per_task):
 
 
 @njit(inline="always", error_model="numpy")
-def _ln_stats(x, o, n, eps, c, acc, partials):
-    """(rstd) of row x[o : o + n], with c[o + j] = x_j - mean written and folded as c * c in
-    the same pass: clause 4's order."""
+def _ln_stats(x, o, n, eps, c, co, acc, partials):
+    """(mean, rstd) of row x[o : o + n], with c[co + j] = x_j - mean written and folded as
+    c * c in the same pass: clause 4's order."""
     nd = np.float32(n)
     mean = _row_fold(x, o, n, acc, partials) / nd
     vm = vsplat(mean)
@@ -245,21 +245,21 @@ def _ln_stats(x, o, n, eps, c, acc, partials):
         for r in range(base, full, LANES):
             a = vsub(vload(x, o + r), vm)
             b = vsub(vload(x, o + r + WIDTH), vm)
-            vstore(c, o + r, a)
-            vstore(c, o + r + WIDTH, b)
+            vstore(c, co + r, a)
+            vstore(c, co + r + WIDTH, b)
             lo = vadd(lo, vmul(a, a))
             hi = vadd(hi, vmul(b, b))
         vstore(acc, 0, lo)
         vstore(acc, WIDTH, hi)
         for k in range(full, end):
             d = x[o + k] - mean
-            c[o + k] = d
+            c[co + k] = d
             t = d * d
             acc[k - full] = acc[k - full] + t
         partials[ch] = vbutterfly(vload(acc, 0), vload(acc, WIDTH))
     var = _pairwise(partials) / nd
     t = var + eps
-    return ONE / np.sqrt(t)
+    return mean, ONE / np.sqrt(t)
 
 
 @njit(void(IN1, int64, int64, IN1, boolean, IN1, boolean, float32, F1, int64), parallel=True,
@@ -273,7 +273,7 @@ def _layer_norm(x, m, n, w, has_w, b, has_b, eps, y, per_task):
         partials = np.empty(nch, np.float32)
         for r in range(task * per_task, min(task * per_task + per_task, m)):
             o = r * n
-            rstd = _ln_stats(x, o, n, eps, y, acc, partials)
+            rstd = _ln_stats(x, o, n, eps, y, o, acc, partials)[1]
             vr = vsplat(rstd)
             for j in range(0, vfull, WIDTH):
                 h = vmul(vload(y, o + j), vr)
@@ -291,9 +291,12 @@ def _layer_norm(x, m, n, w, has_w, b, has_b, eps, y, per_task):
                 y[o + j] = h
 
 
-@njit(void(IN1, IN1, int64, int64, IN1, boolean, float32, F1, F1, int64), parallel=True,
+@njit(void(IN1, IN1, int64, int64, IN1, boolean, float32, F1, F1, boolean, F1, int64),
+      parallel=True,
       **_STRICT)
-def _layer_norm_backward(dy, x, m, n, w, has_w, eps, dx, hb, per_task):
+def _layer_norm_backward(dy, x, m, n, w, has_w, eps, dx, hout, keep_h, stats, per_task):
+    """dx; with keep_h also h (M, N) into hout, else each row's (mean, rstd) into stats[2r:2r+2]
+    (h then lives in a row's scratch only: the column folds recompute it)."""
     nch = (n + CHUNK - 1) // CHUNK
     nd = np.float32(n)
     ntasks = (m + per_task - 1) // per_task
@@ -303,9 +306,14 @@ def _layer_norm_backward(dy, x, m, n, w, has_w, eps, dx, hb, per_task):
         acc2 = np.empty(LANES, np.float32)
         partials = np.empty(nch, np.float32)
         partials2 = np.empty(nch, np.float32)
+        hb = hout if keep_h else np.empty(n, np.float32)
         for r in range(task * per_task, min(task * per_task + per_task, m)):
             o = r * n
-            rstd = _ln_stats(x, o, n, eps, hb, acc, partials)
+            ho = o if keep_h else 0  # h's row in hb
+            mean, rstd = _ln_stats(x, o, n, eps, hb, ho, acc, partials)
+            if not keep_h:
+                stats[2 * r] = mean
+                stats[2 * r + 1] = rstd
             vr = vsplat(rstd)
             # h = c * rstd into hb, g = dy * w into dx, and the folds of g and g * h, in one pass
             for ch in range(nch):
@@ -315,15 +323,15 @@ def _layer_norm_backward(dy, x, m, n, w, has_w, eps, dx, hb, per_task):
                 ma = ga
                 mb = ga
                 for j in range(base, full, LANES):
-                    h0 = vmul(vload(hb, o + j), vr)
-                    h1 = vmul(vload(hb, o + j + WIDTH), vr)
+                    h0 = vmul(vload(hb, ho + j), vr)
+                    h1 = vmul(vload(hb, ho + j + WIDTH), vr)
                     g0 = vload(dy, o + j)
                     g1 = vload(dy, o + j + WIDTH)
                     if has_w:
                         g0 = vmul(g0, vload(w, j))
                         g1 = vmul(g1, vload(w, j + WIDTH))
-                    vstore(hb, o + j, h0)
-                    vstore(hb, o + j + WIDTH, h1)
+                    vstore(hb, ho + j, h0)
+                    vstore(hb, ho + j + WIDTH, h1)
                     vstore(dx, o + j, g0)
                     vstore(dx, o + j + WIDTH, g1)
                     ga = vadd(ga, g0)
@@ -335,8 +343,8 @@ def _layer_norm_backward(dy, x, m, n, w, has_w, eps, dx, hb, per_task):
                 vstore(acc2, 0, ma)
                 vstore(acc2, WIDTH, mb)
                 for k in range(full, end):
-                    h = hb[o + k] * rstd
-                    hb[o + k] = h
+                    h = hb[ho + k] * rstd
+                    hb[ho + k] = h
                     g = dy[o + k] * w[k] if has_w else dy[o + k]
                     dx[o + k] = g
                     acc[k - full] = acc[k - full] + g
@@ -348,11 +356,11 @@ def _layer_norm_backward(dy, x, m, n, w, has_w, eps, dx, hb, per_task):
             mm = _pairwise(partials2) / nd
             va, vmm = vsplat(a), vsplat(mm)
             for j in range(0, vfull, WIDTH):
-                t = vsub(vsub(vload(dx, o + j), va), vmul(vload(hb, o + j), vmm))
+                t = vsub(vsub(vload(dx, o + j), va), vmul(vload(hb, ho + j), vmm))
                 vstore(dx, o + j, vmul(vr, t))
             for j in range(vfull, n):
                 t = dx[o + j] - a
-                u = hb[o + j] * mm
+                u = hb[ho + j] * mm
                 t = t - u
                 dx[o + j] = rstd * t
 
@@ -402,8 +410,17 @@ class NumbaTransformer(NumbaBase):
     def layer_norm_backward_rows(self, dy, x, w, has_w, eps, dx, h) -> None:
         m, n = x.shape
         layer_norm_backward_kernel(m * n, _flat(dy), _flat(x), m, n, w if has_w else _PLACEHOLDER,
-                                   bool(has_w), np.float32(eps), _flat(dx), _flat(h),
-                                   _per_task(m, n))
+                                   bool(has_w), np.float32(eps), _flat(dx), _flat(h), True,
+                                   _PLACEHOLDER.copy(), _per_task(m, n))
+
+    def layer_norm_backward_rows_stats(self, dy, x, w, has_w, eps, dx, stats) -> None:
+        """layer_norm_backward_rows without h: stats (M, 2) gets each row's (mean, rstd), from
+        which h = (x - mean) * rstd is the same two roundings (the layers family's
+        col_fold_normalized folds dweight from them). Only cpu-numba has this method."""
+        m, n = x.shape
+        layer_norm_backward_kernel(m * n, _flat(dy), _flat(x), m, n, w if has_w else _PLACEHOLDER,
+                                   bool(has_w), np.float32(eps), _flat(dx), _PLACEHOLDER.copy(),
+                                   False, _flat(stats), _per_task(m, n))
 
     def attention_forward(self, q, k, v, mask_bool, mask_add, mask_kind, mask_strides, causal,
                           scale, p, keep_scale, k0, k1, stream, block_k, o, stats, status) -> int:

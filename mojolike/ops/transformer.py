@@ -292,22 +292,27 @@ def layer_norm_backward(dy, x, normalized_shape, weight=None, bias=None, eps=EPS
     width = math.prod(dims)
     g2, a2 = g.reshape(-1, width), a.reshape(-1, width)
     dx = checks.empty(entry, "dy", a.shape)
-    h = checks.empty(entry, "x", a2.shape)
-    k.layer_norm_backward_rows(g2, a2, _NONE if w is None else w, w is not None, ep,
-                               dx.reshape(-1, width), h)
     lk = None
     if w is not None or b is not None:
         lk = _kernels(entry, "layers", k.backend, k.numeric_mode)
-    dw = db = None
-    if w is not None:
-        dw = checks.empty(entry, "weight", (width,))
-        lk.col_fold(g2, h, True, dw)
-        dw = dw.reshape(dims)
-    if b is not None:
-        db = checks.empty(entry, "bias", (width,))
-        lk.col_fold(g2, g2, False, db)
-        db = db.reshape(dims)
-    return dx, dw, db
+    dw = None if w is None else checks.empty(entry, "weight", (width,))
+    db = None if b is None else checks.empty(entry, "bias", (width,))
+    rows_stats = getattr(k, "layer_norm_backward_rows_stats", None)
+    cols = getattr(lk, "col_fold_normalized", None)
+    if dw is not None and db is not None and rows_stats is not None and cols is not None:
+        # cpu-numba: each row's (mean, rstd) rather than h; the column pass recomputes h
+        stats = checks.empty(entry, "x", (a2.shape[0], 2))
+        rows_stats(g2, a2, w, True, ep, dx.reshape(-1, width), stats)
+        cols(g2, a2, stats, dw, db)
+    else:
+        h = checks.empty(entry, "x", a2.shape)
+        k.layer_norm_backward_rows(g2, a2, _NONE if w is None else w, w is not None, ep,
+                                   dx.reshape(-1, width), h)
+        if dw is not None:
+            lk.col_fold(g2, h, True, dw)
+        if db is not None:
+            lk.col_fold(g2, g2, False, db)
+    return dx, None if dw is None else dw.reshape(dims), None if db is None else db.reshape(dims)
 
 
 # -- GELU ---------------------------------------------------------------------------------------
