@@ -558,19 +558,20 @@ class NumbaLayers(NumbaBase):
         gemm_nt_kernel(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k,
                        bias if has_bias else _PLACEHOLDER, bool(has_bias), False, out.reshape(-1))
 
-    def gemm_nn(self, a, b, out):
+    def gemm_nn(self, a, b, out) -> bool:
         """out[i, j] = fold_k a[i, k] * b[k, j]; a (M, K), b (K, N), out (M, N): gemm_nt's
         cells with b as stored, no transposed copy (native/gemm_nn.py, loaded on its first
-        call) on AVX-512 targets, else (and for N < 16) gemm_nt on b's transpose. Only
-        cpu-numba has this method."""
+        call). It runs on AVX-512 targets for N >= 16 and M, K >= 1, returning True;
+        elsewhere it writes nothing and returns False, and the caller runs gemm_nt on b's
+        transpose (faster there, native/gemm_nn.py). Only cpu-numba has this method."""
         from . import gemm_nn  # imported on first use: a process without matmul compiles nothing
 
         m, k = a.shape
         n = b.shape[1]
-        if n < 16 or not gemm_nn.FAST:
-            self.gemm_nt(a, np.ascontiguousarray(b.T), _PLACEHOLDER, False, out)
-            return
+        if n < 16 or m == 0 or k == 0 or not gemm_nn.FAST:
+            return False
         gemm_nn.gemm_nn(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k, out.reshape(-1))
+        return True
 
     def gemm_nt_chunks(self, a, b, out):
         """out (ceil(K/1024), M, N): the chunk partials of gemm_nt's cells (no pairwise tree)."""

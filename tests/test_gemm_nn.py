@@ -1,10 +1,12 @@
 """cpu-numba's GEMM with b stored (K, N) (native/gemm_nn.py, matmul's forward and A^T dY)
 gives gemm_nt's cells on b's transpose, so the oracle's bits: K at the lane and chunk edges
 (lanes with no product, several chunks and their pairwise tree), M off the 4-row tile and
-below it, N below one strip (the transposed fallback), off the 16-column strip and past a
-block, N a multiple of 1024 (b's rows on a few cache sets), -0.0, subnormals, infinities and
-NaN (all NaNs one class, contracts/fold.md clause 7), and every thread count. The kernel
-runs on any x86-64 target; layers' `gemm_nn` calls it on AVX-512 ones (gemm_nn.FAST).
+below it, N off the 16-column strip and past a block, N a multiple of 1024 (b's rows on a
+few cache sets), -0.0, subnormals, infinities and NaN (all NaNs one class,
+contracts/fold.md clause 7), and every thread count; matmul and linear_backward, which call
+it, keep the oracle's bits. The kernel
+runs on any x86-64 target; layers' `gemm_nn` calls it on AVX-512 ones (gemm_nn.FAST) for
+N >= 16 and declines the rest, writing nothing.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from mojolike.core import registry
 pytestmark = pytest.mark.skipif(not available("cpu-numba"), reason="cpu-numba is not available")
 
 KS = [1, 2, 31, 33, 64, 1024, 1025, 2100]
-MN = [(1, 16), (3, 17), (4, 5), (5, 33)]
+MN = [(1, 16), (3, 17), (4, 16), (5, 33)]
 NONE = np.zeros(1, np.float32)
 
 
@@ -27,15 +29,11 @@ def kernels(backend):
 
 
 def nn(a, b):
-    """The kernel itself from N = 16 up (on any target, FAST or not), else the method's
-    transposed path."""
+    """The kernel itself (on any target, FAST or not; N >= 16)."""
     from mojolike.native import gemm_nn
     (m, kk), n = a.shape, b.shape[1]
     out = np.full((m, n), np.float32(7.0))
-    if n < 16:
-        kernels("cpu-numba").gemm_nn(a, b, out)
-    else:
-        gemm_nn.gemm_nn(m * n * kk // 32, a.reshape(-1), b.reshape(-1), m, n, kk, out.reshape(-1))
+    gemm_nn.gemm_nn(m * n * kk // 32, a.reshape(-1), b.reshape(-1), m, n, kk, out.reshape(-1))
     return out
 
 
@@ -65,6 +63,20 @@ def test_cells_past_the_first_block_and_strip_equal_gemm_nt(m, n, kk):
         assert np.array_equal(patterns(got), patterns(want)), (m, n, kk, special)
     # the data separates trees: numpy's own order misses these bits somewhere
     assert not np.array_equal(want, a @ b)
+
+
+def test_the_method_declines_what_the_kernel_does_not_take_and_writes_nothing():
+    from mojolike.native import gemm_nn
+    k = kernels("cpu-numba")
+    for m, kk, n in [(4, 8, 15), (3, 0, 20), (0, 5, 32)]:
+        out = np.full((m, n), np.float32(7.0))
+        assert k.gemm_nn(entries((m, kk), 1, False), entries((kk, n), 2, False), out) is False
+        assert np.all(out == 7.0)
+    out = np.full((2, 16), np.float32(7.0))
+    a, b = entries((2, 3), 3, False), entries((3, 16), 4, False)
+    assert k.gemm_nn(a, b, out) is gemm_nn.FAST
+    if gemm_nn.FAST:
+        assert np.array_equal(patterns(out), patterns(nt("oracle", a, b)))
 
 
 def test_the_bits_do_not_depend_on_the_thread_count():
@@ -103,3 +115,11 @@ def test_matmul_runs_it_and_keeps_the_oracles_bits_forward_and_backward():
     for g, w in zip(mojolike.matmul_backward(dy, a, b, backend="cpu-numba"),
                     mojolike.matmul_backward(dy, a, b, backend="oracle")):
         assert np.array_equal(patterns(g), patterns(w))
+
+
+def test_linear_backward_runs_it_and_keeps_the_oracles_bits():
+    import mojolike
+    x, w, dy = entries((2, 19, 40), 8, True), entries((24, 40), 9, True), entries((2, 19, 24), 10, False)
+    for g, o in zip(mojolike.linear_backward(dy, x, w, backend="cpu-numba"),
+                    mojolike.linear_backward(dy, x, w, backend="oracle")):
+        assert np.array_equal(patterns(g), patterns(o))

@@ -143,11 +143,14 @@ def linear_backward(dy, x, weight, bias=True, *, backend=None, numeric_mode=None
     g2, a2 = _rows(g), _rows(a)
     dx = checks.empty(e, "x", a.shape)
     dw = checks.empty(e, "weight", w.shape)
-    # weight's transpose waits in dweight's own buffer until dweight is written: no
-    # parameter-sized temporary
-    k.gemm_nt(g2, _t(w, out=dw), _NONE, False, _rows(dx))
+    # cpu-numba's gemm_nn reads weight and x as stored; elsewhere weight's transpose waits in
+    # dweight's own buffer until dweight is written: no parameter-sized temporary
+    nn = getattr(k, "gemm_nn", None)
+    if nn is None or not nn(g2, w, _rows(dx)):
+        k.gemm_nt(g2, _t(w, out=dw), _NONE, False, _rows(dx))
     gt = _t(g2)
-    k.gemm_nt(gt, _t(a2), _NONE, False, dw)
+    if nn is None or not nn(gt, a2, dw):
+        k.gemm_nt(gt, _t(a2), _NONE, False, dw)
     db = None
     if want_bias:
         db = np.empty(n, np.float32)

@@ -502,18 +502,28 @@ def matmul(a, b, *, backend=None, numeric_mode=None, entry, **unknown) -> np.nda
     xa = x.reshape(-1, m, kk)
     out = checks.empty(entry, "a", batch + (m, n))
     o3 = out.reshape(-1, m, n)
-    pairs = enumerate(zip(ia.tolist(), ib.tolist()))
-    nn = getattr(k, "gemm_nn", None)
-    if low is None and nn is not None:  # b as stored (cpu-numba): the same cells, no copy
-        yb = y.reshape(-1, kk, n)
-        for p, (i, j) in pairs:
-            nn(xa[i], yb[j], o3[p])
-        return out
+    pairs = list(enumerate(zip(ia.tolist(), ib.tolist())))
+    if low is None and _each_gemm_nn(k, xa, y.reshape(-1, kk, n), o3, pairs):
+        return out  # b as stored (cpu-numba): the same cells, no copy
     yt = _transposed(y)  # (Pb, N, K): gemm_nt's b
     gemm = mixed.gemm_nt(entry, low, k, backend, numeric_mode)  # low types: FMA if exact
     for p, (i, j) in pairs:
         gemm(xa[i], yt[j], _NONE, False, o3[p])
     return out
+
+
+def _each_gemm_nn(k, a3, b3, o3, pairs) -> bool:
+    """o3[p] = a3[i] @ b3[j] for each (p, (i, j)) by the kernel set's gemm_nn (b as stored),
+    where it has one that runs for these shapes (else nothing is written: False)."""
+    nn = getattr(k, "gemm_nn", None)
+    if nn is None or not pairs:
+        return False
+    p0, (i0, j0) = pairs[0]
+    if not nn(a3[i0], b3[j0], o3[p0]):
+        return False
+    for p, (i, j) in pairs[1:]:
+        nn(a3[i], b3[j], o3[p])
+    return True
 
 
 def _reduce(k, entry: str, name: str, per_entry: np.ndarray, idx: np.ndarray, own_shape,
@@ -557,15 +567,15 @@ def matmul_backward(dy, a, b, *, backend=None, numeric_mode=None, entry, **unkno
     g3 = g.reshape(-1, m, n)
     xt = _transposed(x)  # (Pa, K, M)
     yb = y.reshape(-1, kk, n)  # (Pb, K, N): dY B^T = gemm_nt(dY, B)
-    nn = getattr(k, "gemm_nn", None)  # A^T dY with dY as stored (cpu-numba)
-    gt = None if nn is not None else _transposed(g)  # (P, N, M): A^T dY = gemm_nt(A^T, dY^T)
     ga = checks.empty(entry, "a", (ia.size, m, kk))
     gb = checks.empty(entry, "b", (ib.size, kk, n))
-    for p, (i, j) in enumerate(zip(ia.tolist(), ib.tolist())):
+    pairs = list(enumerate(zip(ia.tolist(), ib.tolist())))
+    for p, (i, j) in pairs:
         k.gemm_nt(g3[p], yb[j], _NONE, False, ga[p])
-        if nn is not None:
-            nn(xt[i], g3[p], gb[p])
-        else:
+    # A^T dY with dY as stored (cpu-numba), else gemm_nt(A^T, dY^T)
+    if not _each_gemm_nn(k, xt, g3, gb, [(p, (i, p)) for p, (i, _) in pairs]):
+        gt = _transposed(g)  # (P, N, M)
+        for p, (i, _) in pairs:
             k.gemm_nt(xt[i], gt[p], _NONE, False, gb[p])
     da = _reduce(k, entry, "a", ga, ia, x.shape[:-2], x.shape)
     db = _reduce(k, entry, "b", gb, ib, y.shape[:-2], y.shape)
