@@ -123,3 +123,17 @@ def test_linear_backward_runs_it_and_keeps_the_oracles_bits():
     for g, o in zip(mojolike.linear_backward(dy, x, w, backend="cpu-numba"),
                     mojolike.linear_backward(dy, x, w, backend="oracle")):
         assert np.array_equal(patterns(g), patterns(o))
+
+
+@pytest.mark.parametrize("min_rows", [1, 1 << 60], ids=["row blocks", "vocabulary chunks"])
+def test_the_chunked_head_runs_it_and_keeps_the_oracles_bits(min_rows, monkeypatch):
+    import mojolike
+    from mojolike.ops import head
+    monkeypatch.setattr(head, "MIN_BLOCK_ROWS", min_rows)
+    h, w = entries((5, 24), 11, False), entries((1500, 24), 12, False)
+    t = np.random.default_rng(13).integers(0, 1500, 5)
+    got, want = (mojolike.chunked_lm_head_loss(h, w, t, label_smoothing=0.1, return_grad=True,
+                                               chunk_size=1024, backend=bk)
+                 for bk in ("cpu-numba", "oracle"))
+    for g, o in zip(got, want):
+        assert np.array_equal(patterns(g), patterns(o))

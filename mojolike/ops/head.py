@@ -190,16 +190,17 @@ class _Run:
         """Blocks of `block` rows with all their logits at once (block x vocab <= rows x chunk):
         the max, S, the smoothing sum, the loss and d_hidden (whose fold over the vocabulary
         is then one GEMM), then one walk over vocabulary chunks for d_weight, whose fold runs
-        over all rows. Two logits GEMMs instead of three; the weight's transpose lives in
-        d_weight's buffer until d_weight is written."""
+        over all rows. Two logits GEMMs instead of three; where d_hidden's GEMM needs the
+        weight's transpose (gemm_nt; cpu-numba's gemm_nn reads the weight as stored), it
+        lives in d_weight's buffer until d_weight is written."""
         rows, vocab, t, kept, s = self.rows, self.vocab, self.t, self.kept, self.s
         mx, big_s, nll = (checks.empty(self.e, "hidden", rows) for _ in range(3))
         smooth_sum = checks.empty(self.e, "hidden", rows) if s.smoothing else None
         dh = dw = wt = None
+        nn = getattr(self.k, "gemm_nn", None)  # cpu-numba: weight as stored, no transpose
         if self.want_grad:
             dh = checks.empty(self.e, "hidden", (rows, self.width))
             dw = checks.empty(self.e, "weight", (vocab, self.width))
-            wt = _t(self.w, out=dw)
         for i0 in range(0, rows, block):
             i1 = min(i0 + block, rows)
             z = self.logits(self.h[i0:i1], 0, vocab)
@@ -223,7 +224,11 @@ class _Run:
             del z, d
             if self.want_grad:
                 dz = _gradient(ex, big_s[i0:i1], tb, kb, 0, vocab, s)  # in place of ex
-                self.k.gemm_nt(dz, wt, _NONE, False, dh[i0:i1])  # complete over the vocabulary
+                # complete over the vocabulary
+                if wt is None and (nn is None or not nn(dz, self.w, dh[i0:i1])):
+                    wt = _t(self.w, out=dw)
+                if wt is not None:
+                    self.k.gemm_nt(dz, wt, _NONE, False, dh[i0:i1])
             del ex
         if self.want_grad:
             del wt  # d_weight's buffer is overwritten from here on
@@ -235,8 +240,9 @@ class _Run:
         chunk's logits come transposed, (chunk, rows), straight from the GEMM (cell (j, i) is
         the fold of weight[j, k] * hidden[i, k], the same products as hidden[i, k] * weight[j, k]
         in the same order: IEEE multiplication commutes), so the gradient is born in the
-        layout d_weight's GEMM reads."""
-        ht = _t(self.h)
+        layout d_weight's GEMM reads (gemm_nn reads hidden as stored; gemm_nt its transpose)."""
+        nn = getattr(self.k, "gemm_nn", None)
+        ht = None
         for c0, c1 in self.chunks:
             zt = checks.empty(self.e, "chunk_size", (c1 - c0, self.rows))
             self.k.gemm_nt(self.w[c0:c1], self.h, _NONE, False, zt)
@@ -245,7 +251,9 @@ class _Run:
             ext = expf(zt, **self.on)
             del zt
             _gradient(ext.T, big_s, self.t, self.kept, c0, c1, self.s)  # in place, through a view
-            self.k.gemm_nt(ext, ht, _NONE, False, dw[c0:c1])  # complete over the rows
+            if nn is None or not nn(ext, self.h, dw[c0:c1]):  # complete over the rows
+                ht = _t(self.h) if ht is None else ht
+                self.k.gemm_nt(ext, ht, _NONE, False, dw[c0:c1])
             del ext
 
     def by_vocab_chunks(self):
