@@ -10,8 +10,8 @@ first level); the 8 lanes of a third-level sum are inlined once and a loop visit
 4 such groups depth first, so few of a cell's vectors are live at a time: a tile of 4
 rows by 16 columns shares each load of b and fits AVX-512's 32 registers. On targets with
 16 (AVX2, SSE2), where a tile could hold one row, gemm_nt on b's transpose measured faster,
-so `FAST` is False there and native/layers.py's `gemm_nn` takes that path. Several chunks end in the pairwise tree over
-their partials, per cell. The operand b is read as stored: where gemm_nt needs it
+so `FAST` is False there and native/layers.py's `gemm_nn` takes that path. Several chunks
+end in the pairwise tree over their partials, per cell. The operand b is read as stored: where gemm_nt needs it
 transposed (matmul's b, the backward's dY), this kernel needs no copy, and a short K
 (matmul's head dimension) pays for no horizontal tree. A strip of b is first packed lane
 by lane (its rows N floats apart would share a few cache sets when N is a multiple of a
@@ -35,18 +35,15 @@ the oracle's bits, for every thread count and block.
 from __future__ import annotations
 
 import numpy as np
-from numba import float32, int64, njit, prange, types, void
+from numba import int64, njit, prange, void
 
 from ..oracles.fold import CHUNK, LANES
 from .fold import NEG_ZERO
-from .layers import _claim
+from .layers import _STRICT, F1, IN1, _claim
 from .simd import WIDTH, vadd, vload, vmul, vsplat, vstore
 from .target import has_zmm
 from .threads import Twin
 
-_STRICT = dict(cache=True, error_model="numpy")  # fastmath off: no contraction, no reassociation
-IN1 = types.Array(float32, 1, "C", readonly=True)
-F1 = float32[::1]
 TILE_ROWS = 4  # a tile row's live vectors, 4 times, fit AVX-512's 32 registers
 FAST = has_zmm()  # elsewhere (16 registers, a row a tile) gemm_nt on b's transpose is faster
 ROW_BLOCK = 64  # rows of a per block
@@ -212,10 +209,9 @@ def _gemm_nn(a, b, m, n, kk, out):
         blk = _claim(claimed)
         if blk >= nblocks:
             continue
-        part = np.empty(WIDTH * 4 * nchunks, np.float32)
-        pk = np.empty(WIDTH * CHUNK * nchunks, np.float32)
-        for x in range(pk.size):  # lanes past a short last chunk are never read; defined anyway
-            pk[x] = np.float32(0.0)
+        part = np.empty(WIDTH * TILE_ROWS * nchunks, np.float32)
+        # zeros: lanes past a short last chunk are never read, but defined
+        pk = np.zeros(WIDTH * CHUNK * nchunks, np.float32)
         # a block's cells: fewer than 2 ROW_BLOCK rows by 2 COL_BLOCK columns
         ob = np.empty(min(m, 2 * ROW_BLOCK) * min(n, 2 * COL_BLOCK), np.float32)
         while blk < nblocks:

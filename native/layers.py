@@ -591,17 +591,11 @@ class NumbaLayers(NumbaBase):
         col_fold_kernel(m * ncols, a.reshape(-1), (b if products else a).reshape(-1),
                         bool(products), False, False, _PLACEHOLDER, m, ncols, out, out)
 
-    def col_fold_both(self, a, b, out_products, out_plain):
-        """col_fold(a, b, True, out_products) and col_fold(a, a, False, out_plain) in one pass
-        over a. Only cpu-numba has this method."""
-        m, ncols = a.shape
-        col_fold_kernel(2 * m * ncols, a.reshape(-1), b.reshape(-1), True, True, False,
-                        _PLACEHOLDER, m, ncols, out_products, out_plain)
-
     def col_fold_normalized(self, a, x, stats, out_products, out_plain):
-        """col_fold_both(a, h) for layer_norm's h = (x - mean) * rstd, each row's (mean, rstd)
-        in stats (M, 2): h recomputed with the same two roundings, never stored (dweight and
-        dbias). Only cpu-numba has this method."""
+        """col_fold(a, h, True, out_products) and col_fold(a, a, False, out_plain) in one pass
+        over a, for layer_norm's h = (x - mean) * rstd, each row's (mean, rstd) in stats
+        (M, 2): h recomputed with the same two roundings, never stored (dweight and dbias).
+        Only cpu-numba has this method."""
         m, ncols = a.shape
         col_fold_kernel(3 * m * ncols, a.reshape(-1), x.reshape(-1), True, True, True,
                         stats.reshape(-1), m, ncols, out_products, out_plain)

@@ -292,8 +292,7 @@ def _layer_norm(x, m, n, w, has_w, b, has_b, eps, y, per_task):
 
 
 @njit(void(IN1, IN1, int64, int64, IN1, boolean, float32, F1, F1, boolean, F1, int64),
-      parallel=True,
-      **_STRICT)
+      parallel=True, **_STRICT)
 def _layer_norm_backward(dy, x, m, n, w, has_w, eps, dx, hout, keep_h, stats, per_task):
     """dx; with keep_h also h (M, N) into hout, else each row's (mean, rstd) into stats[2r:2r+2]
     (h then lives in a row's scratch only: the column folds recompute it)."""

@@ -51,9 +51,6 @@ def test_the_stats_give_back_the_rows_h_and_the_column_pass_its_folds():
     lay.col_fold(dy, dy, False, db)
     lay.col_fold_normalized(dy, x, stats, dw2, db2)
     assert np.array_equal(patterns(dw), patterns(dw2)) and np.array_equal(patterns(db), patterns(db2))
-    both_w, both_b = np.empty(n, np.float32), np.empty(n, np.float32)
-    lay.col_fold_both(dy, h, both_w, both_b)
-    assert np.array_equal(patterns(dw), patterns(both_w)) and np.array_equal(patterns(db), patterns(both_b))
     # a wrong statistic reaches dweight: the column pass does read it
     stats[7, 1] *= np.float32(2)
     lay.col_fold_normalized(dy, x, stats, dw2, db2)
