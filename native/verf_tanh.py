@@ -40,8 +40,8 @@ from numba import njit
 from .erf_tanh import (ERF_ERR0, ERF_ERR1, ERF_ONE_D, ERF_POLY_END, ERF_POLY_ERR, ERF_STOP,
                        MINUS_ONE, ONE, R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, R11, R12, R13,
                        T3, T5, T7, T9, T11, T13, T15, T17, T19, T21, T23, TANH_ERR,
-                       TANH_ONE_D, TANH_POLY_END, TANH_POLY_ERR, TWO, TWO_OVER_SQRT_PI, ZERO,
-                       ZERO32)
+                       TANH_ONE_D, TANH_POLY_END, TANH_POLY_ERR, TWO, TWO_OVER_SQRT_PI, U,
+                       ZERO, ZERO32)
 from .simd import (vadd, vand, vdiv, veq, vmul, vnarrow, vnot, vor, vselect, vsplat, vsub,
                    vwiden)
 from .simd64 import dge, dle, dlt, dselect, mask_bits, vany
@@ -49,6 +49,10 @@ from .vexp import vexp64
 
 _jit = njit(inline="always", error_model="numpy")
 QUARTER = np.float64(0.25)  # what lanes outside a function's domain compute on
+TANH_SMALL = np.float64(1 / 32)  # below it the first try's short series, from it exp64's formula
+TANH_TRY_ERR = np.float64(128 * U)  # the first try's budget below TANH_POLY_END
+TANH_SERIES = (T23, T21, T19, T17, T15, T13, T11, T9, T7, T5, T3)  # tanh_elem's, highest first
+TANH_SHORT = (T9, T7, T5, T3)  # the first try's, below TANH_SMALL
 
 
 @_jit
@@ -61,38 +65,32 @@ def vround_test(y, eb, sg):
 
 
 @_jit
-def vtanh_elem(a, sg):
-    """erf_tanh.tanh_elem lane by lane, for 0 < a < TANH_ONE: both branches, picked per lane."""
+def vtanh_series(a, coefs):
+    """a + a (a^2 P(a^2)) lane by lane, Horner in a^2 over P's coefficients `coefs`, the
+    highest first (tanh_elem's steps below TANH_POLY_END with TANH_SERIES)."""
     a2 = vmul(a, a)  # exact
-    h = vmul(a2, vsplat(T23))
-    h = vadd(h, vsplat(T21))
-    h = vmul(a2, h)
-    h = vadd(h, vsplat(T19))
-    h = vmul(a2, h)
-    h = vadd(h, vsplat(T17))
-    h = vmul(a2, h)
-    h = vadd(h, vsplat(T15))
-    h = vmul(a2, h)
-    h = vadd(h, vsplat(T13))
-    h = vmul(a2, h)
-    h = vadd(h, vsplat(T11))
-    h = vmul(a2, h)
-    h = vadd(h, vsplat(T9))
-    h = vmul(a2, h)
-    h = vadd(h, vsplat(T7))
-    h = vmul(a2, h)
-    h = vadd(h, vsplat(T5))
-    h = vmul(a2, h)
-    h = vadd(h, vsplat(T3))
-    h = vmul(a2, h)
+    h = vmul(a2, vsplat(coefs[0]))
+    for n in range(1, len(coefs)):
+        h = vadd(h, vsplat(coefs[n]))
+        h = vmul(a2, h)
     h = vmul(a, h)
-    y_poly = vadd(a, h)
+    return vadd(a, h)
+
+
+@_jit
+def vtanh_exp(a):
+    """(E - 1) / (E + 1), E = exp64(2a), lane by lane: tanh_elem's steps from TANH_POLY_END."""
     e = vexp64(vadd(a, a))
     num = vsub(e, vsplat(ONE))
     den = vadd(e, vsplat(ONE))
-    y_exp = vdiv(num, den)
+    return vdiv(num, den)
+
+
+@_jit
+def vtanh_elem(a, sg):
+    """erf_tanh.tanh_elem lane by lane, for 0 < a < TANH_ONE: both branches, picked per lane."""
     poly = dlt(a, vsplat(TANH_POLY_END))
-    y = dselect(poly, y_poly, y_exp)
+    y = dselect(poly, vtanh_series(a, TANH_SERIES), vtanh_exp(a))
     err = dselect(poly, vsplat(TANH_POLY_ERR), vsplat(TANH_ERR))
     return vround_test(y, vmul(y, err), sg)
 
@@ -179,12 +177,39 @@ def vsign(v):
 
 
 @_jit
+def vtanh_try(a, sg):
+    """(r, decided, final): a first try at vtanh_elem on one formula per lane.
+
+    From TANH_POLY_END up it is vtanh_elem's formula with its budget (final: the scalar's
+    own result and flag). Below, vtanh_elem would run both its branches on every lane, the
+    series' eleven terms among them; here lanes from TANH_SMALL up take exp64's formula and
+    those below the series to the a^9 term (a^2 < 2^-10: the first term left out is under
+    2^-56 a), both within 30u (E = e^(2a) within 1.6u, E - 1 >= 1/16 magnifying that by at
+    most 16.5; the short series about 1.2u), under the budget TANH_TRY_ERR = 128u. A lane
+    the scalar leaves undecided has a rounding boundary within 2 x 4u of tanh (its budget
+    TANH_POLY_ERR), inside this try's interval too, so a lane decided here is decided by the
+    scalar, to the same correctly rounded value; the few others (about one in 2^21) take
+    vtanh_elem (vtanh_any)."""
+    y = dselect(dlt(a, vsplat(TANH_SMALL)), vtanh_series(a, TANH_SHORT), vtanh_exp(a))
+    final = dge(a, vsplat(TANH_POLY_END))
+    err = dselect(final, vsplat(TANH_ERR), vsplat(TANH_TRY_ERR))
+    r, ok = vround_test(y, vmul(y, err), sg)
+    return r, ok, final
+
+
+@_jit
 def vtanh_any(v):
     """erf_tanh.tanh_any lane by lane: (tanhf(v), decided), NaN passed through."""
     a, sg = vsign(v)
     one = vsplat(TANH_ONE_D)
     inside = vand(dlt(a, one), vnot(veq(v, vsplat(ZERO32))))  # False on NaN
-    r, ok = vtanh_elem(dselect(inside, a, vsplat(QUARTER)), sg)
+    ain = dselect(inside, a, vsplat(QUARTER))
+    r, ok, final = vtanh_try(ain, sg)
+    retry = vand(inside, vnot(vor(ok, final)))
+    if vany(retry):  # rare: these lanes take the scalar's own two branches
+        r2, ok2 = vtanh_elem(ain, sg)
+        r = vselect(retry, r2, r)
+        ok = vor(vand(retry, ok2), vand(vnot(retry), ok))
     special = vselect(dge(a, one), vnarrow(sg), v)  # +-1 from TANH_ONE; NaN and +-0 kept
     return vselect(inside, r, special), vor(ok, vnot(inside))
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 from numba import int64, njit, prange
 
+from ..core.fallbacks import Undecided
 from .erf_tanh import (ALPHA, BETA, BETA_ERF, BLOCK, DEFAULT_NAN, ERF_POLY_ERR, HALF32, IN, KAPPA,
                        MINUS_HALF32, ONE32, OUT, OUT_BITS, THREE32, UNDECIDED, ZERO32,
                        gelu_erf_grad_slot, gelu_erf_slot, gelu_tanh_grad_slot, gelu_tanh_slot)
@@ -156,7 +157,7 @@ def vput(r, ok, out, ob, i):
     return undecided
 
 
-@njit(int64(IN, OUT, OUT_BITS), parallel=True, **_STRICT)
+@njit(int64[:](IN, OUT, OUT_BITS), parallel=True, **_STRICT)
 def _gelu_erf(x, out, ob):
     n = x.size
     nblocks = (n + BLOCK - 1) // BLOCK
@@ -173,10 +174,10 @@ def _gelu_erf(x, out, ob):
         for i in range(stop, hi):  # the tail: the scalar slots
             undecided += gelu_erf_slot(x[i], out, ob, i)
         counts[c] = undecided
-    return counts.sum()  # integers: the order cannot matter
+    return counts
 
 
-@njit(int64(IN, OUT, OUT_BITS), parallel=True, **_STRICT)
+@njit(int64[:](IN, OUT, OUT_BITS), parallel=True, **_STRICT)
 def _gelu_tanh(x, out, ob):
     n = x.size
     nblocks = (n + BLOCK - 1) // BLOCK
@@ -191,10 +192,10 @@ def _gelu_tanh(x, out, ob):
         for i in range(stop, hi):  # the tail: the scalar slots
             undecided += gelu_tanh_slot(x[i], out, ob, i)
         counts[c] = undecided
-    return counts.sum()
+    return counts
 
 
-@njit(int64(IN, IN, OUT, OUT_BITS), parallel=True, **_STRICT)
+@njit(int64[:](IN, IN, OUT, OUT_BITS), parallel=True, **_STRICT)
 def _gelu_erf_grad(dy, x, out, ob):
     n = x.size
     nblocks = (n + BLOCK - 1) // BLOCK
@@ -212,10 +213,10 @@ def _gelu_erf_grad(dy, x, out, ob):
         for i in range(stop, hi):  # the tail: the scalar slots
             undecided += gelu_erf_grad_slot(dy[i], x[i], out, ob, i)
         counts[c] = undecided
-    return counts.sum()
+    return counts
 
 
-@njit(int64(IN, IN, OUT, OUT_BITS), parallel=True, **_STRICT)
+@njit(int64[:](IN, IN, OUT, OUT_BITS), parallel=True, **_STRICT)
 def _gelu_tanh_grad(dy, x, out, ob):
     n = x.size
     nblocks = (n + BLOCK - 1) // BLOCK
@@ -230,7 +231,7 @@ def _gelu_tanh_grad(dy, x, out, ob):
         for i in range(stop, hi):  # the tail: the scalar slots
             undecided += gelu_tanh_grad_slot(dy[i], x[i], out, ob, i)
         counts[c] = undecided
-    return counts.sum()
+    return counts
 
 
 # the kernels tests/test_vectorized.py compiles for every target, and the packed operations
@@ -241,11 +242,36 @@ HOT_KERNELS = {"vgelu._gelu_erf": (_gelu_erf, ("mulpd", "addpd", "divpd")),
                "vgelu._gelu_tanh_grad": (_gelu_tanh_grad, ("mulpd", "addpd", "divpd", "mulps"))}
 
 
+@njit(int64[:](OUT_BITS, int64[:]), **_STRICT)
+def _positions(ob, counts):
+    """The flat positions of the UNDECIDED slots, read in the blocks whose count is not 0."""
+    at = np.empty(counts.sum(), np.int64)
+    m = 0
+    for c in range(counts.size):
+        if counts[c]:
+            for i in range(c * BLOCK, min(c * BLOCK + BLOCK, ob.size)):
+                if ob[i] == UNDECIDED and m < at.size:
+                    at[m] = i
+                    m += 1
+    return at[:m]
+
+
+def _undecided(counts, ob) -> int:
+    """The kernel's per-block counts as the number of UNDECIDED slots, with their positions."""
+    if not counts.any():
+        return 0
+    return Undecided(_positions(ob, counts))
+
+
 def gelu_into(x, tanh: bool, out) -> int:
-    """out = gelu_tanh(x) if tanh else gelu_erf(x); returns the number of UNDECIDED slots."""
-    return int((_gelu_tanh if tanh else _gelu_erf)(x, out, out.view(np.uint32)))
+    """out = gelu_tanh(x) if tanh else gelu_erf(x); returns the number of UNDECIDED slots
+    (fallbacks.Undecided, their positions with it)."""
+    ob = out.view(np.uint32)
+    return _undecided((_gelu_tanh if tanh else _gelu_erf)(x, out, ob), ob)
 
 
 def gelu_backward_into(dy, x, tanh: bool, dx) -> int:
-    """dx = gelu_tanh_grad(dy, x) if tanh else gelu_erf_grad(dy, x); returns the UNDECIDED count."""
-    return int((_gelu_tanh_grad if tanh else _gelu_erf_grad)(dy, x, dx, dx.view(np.uint32)))
+    """dx = gelu_tanh_grad(dy, x) if tanh else gelu_erf_grad(dy, x); returns the UNDECIDED count
+    (fallbacks.Undecided, their positions with it)."""
+    ob = dx.view(np.uint32)
+    return _undecided((_gelu_tanh_grad if tanh else _gelu_erf_grad)(dy, x, dx, ob), ob)

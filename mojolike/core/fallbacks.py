@@ -35,6 +35,26 @@ from dataclasses import dataclass
 _local = threading.local()
 
 
+class Undecided(int):
+    """A kernel's count of UNDECIDED slots that carries their flat positions too (`at`, an
+    ascending int64 array), so the finish reads those slots instead of searching the whole
+    output for the pattern (1-2 ms per 2^22 slots whenever one value was left undecided).
+    Everywhere else it is the count.
+
+    >>> import numpy as np
+    >>> n = Undecided(np.array([3, 9]))
+    >>> n == 2, n.at.tolist()
+    (True, [3, 9])
+    """
+
+    at: object
+
+    def __new__(cls, at):
+        self = super().__new__(cls, len(at))
+        self.at = at
+        return self
+
+
 @dataclass(frozen=True)
 class Fallback:
     """One value the host finished.

@@ -50,9 +50,14 @@ def finish(name: str, x: np.ndarray, out: np.ndarray, undecided: int) -> int:
 
 
 def _undecided_slots(out: np.ndarray, undecided: int) -> list[int]:
-    idx = np.flatnonzero(out.reshape(-1).view(np.uint32) == UNDECIDED)
-    assert idx.size == undecided, (idx.size, undecided)
-    return idx.tolist()
+    """The flat positions of out's UNDECIDED slots: the kernel's own list where it gave one
+    (fallbacks.Undecided), else a search of the whole output."""
+    ob = out.reshape(-1).view(np.uint32)
+    at = getattr(undecided, "at", None)
+    if at is None:
+        at = np.flatnonzero(ob == UNDECIDED)
+    assert len(at) == undecided and (ob[at] == UNDECIDED).all(), (len(at), int(undecided))
+    return at.tolist()
 
 
 def finish_gelu(x: np.ndarray, tanh: bool, out: np.ndarray, undecided: int) -> int:
