@@ -9,8 +9,8 @@ whether a `Mask` has a True lane (a loop over lanes still going) and `mask_bits`
 mask as an integer, bit j for lane j (a scalar loop over the few lanes that need one).
 `viota` and `compress_store` gather the indices of the lanes a mask selects (vpcompressq
 on AVX-512, a store per lane elsewhere), so that a costly branch runs on full vectors.
-`vlookup32` looks lanes up in a 32-entry binary64 table: four in-register permutes on
-AVX-512 targets (a 16-lane gather is slow on some of them, AMD's Zen 4), simd.py's
+`vlookup32` looks lanes up in a 32-entry binary64 table (`vlookup16` in a 16-entry one): four
+(two) in-register permutes on AVX-512 targets (a 16-lane gather is slow on some of them, AMD's Zen 4), simd.py's
 `vgather` elsewhere; both read the same entry. None of them rounds: a compare, a select
 and a lookup move bits.
 
@@ -143,18 +143,22 @@ def _half(builder, v, upper: bool):
                                   ir.Constant(ir.VectorType(ir.IntType(32), _HALF), lanes))
 
 
-def _permute_lookup(builder, table_ptr, idx):
-    """table[idx] lane by lane for idx in [0, 32): per 8 lanes, vpermi2pd picks from entries
-    0-15 and from 16-31 by the index's low four bits, and bit 4 chooses between them."""
+def _permute_lookup(builder, table_ptr, idx, entries=32):
+    """table[idx] lane by lane for idx in [0, entries), entries 16 or 32: per 8 lanes,
+    vpermi2pd picks from entries 0-15 (and from 16-31) by the index's low four bits, and
+    bit 4 chooses between the two."""
     rows = builder.bitcast(table_ptr, _D8.as_pointer())
     t = [builder.load(builder.gep(rows, [ir.Constant(ir.IntType(64), r)]), align=8)
-         for r in range(4)]
+         for r in range(entries // _HALF)]
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_D8, [_D8, _I8, _D8]),
                                         _PERMUTE)
     halves = []
     for upper in (False, True):
         i = _half(builder, idx, upper)
         low = builder.call(fn, [t[0], i, t[1]])
+        if entries == 2 * _HALF:
+            halves.append(low)
+            continue
         high = builder.call(fn, [t[2], i, t[3]])
         bit4 = builder.and_(i, ir.Constant(_I8, [16] * _HALF))
         halves.append(builder.select(builder.icmp_unsigned("!=", bit4, ir.Constant(_I8, [0] * _HALF)),
@@ -163,18 +167,28 @@ def _permute_lookup(builder, table_ptr, idx):
                                   ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), list(range(WIDTH))))
 
 
-if has_zmm():
-    @intrinsic
-    def vlookup32(typingctx, table, idx):
-        """Lane by lane table[idx] of a C-contiguous 1-D float64 array of at least 32 entries,
-        idx in [0, 32) (unchecked): four permutes, the table read as four vectors."""
+def _permute_lookup_intrinsic(entries: int, doc: str):
+    """An intrinsic table[idx] over `entries` (16 or 32) binary64 entries, by permutes."""
+    def typer(typingctx, table, idx):
         if not (isinstance(table, types.Array) and table.dtype == types.float64
                 and table.ndim == 1 and table.layout == "C") or idx != veci:
             return None
 
         def codegen(context, builder, sig, args):
             ary = context.make_array(sig.args[0])(context, builder, args[0])
-            return _permute_lookup(builder, ary.data, args[1])
+            return _permute_lookup(builder, ary.data, args[1], entries)
         return vecd(table, idx), codegen
+    typer.__name__ = f"vlookup{entries}"
+    typer.__doc__ = doc
+    return intrinsic(typer)
+
+
+if has_zmm():
+    vlookup32 = _permute_lookup_intrinsic(32, """Lane by lane table[idx] of a C-contiguous 1-D
+        float64 array of at least 32 entries, idx in [0, 32) (unchecked): four permutes, the
+        table read as four vectors.""")
+    vlookup16 = _permute_lookup_intrinsic(16, """Lane by lane table[idx] of a C-contiguous 1-D
+        float64 array of at least 16 entries, idx in [0, 16) (unchecked): two permutes, the
+        table read as two vectors.""")
 else:
-    vlookup32 = _vgather  # a gather where the target has one, else a load per lane
+    vlookup32 = vlookup16 = _vgather  # a gather where the target has one, else a load per lane

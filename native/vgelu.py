@@ -44,6 +44,7 @@ from .erf_tanh import (ALPHA, BETA, BETA_ERF, BLOCK, DEFAULT_NAN, ERF_POLY_ERR, 
 from .simd import (WIDTH, vadd, vand, veq, vload, vmul, vne, vnot, vor, vselect, vsplat, vstore,
                    vsub)
 from .simd64 import compress_store, dselect, mask_bits, vany, viota
+from .verf_lanes import ERF_TRY_ERR, verf_lanes
 from .verf_table import TABLE_ERR, verf_table_into
 from .verf_tanh import QUARTER, verf_any, verf_finish, verf_parts, verf_poly, vround_test, vtanh_any
 from .vexp import vexp_any
@@ -53,10 +54,24 @@ _STRICT = {"cache": True, "error_model": "numpy"}
 
 
 @_jit
+def verf_paths(ain, sg, inside, series):
+    """erf_elem's (r, decided) on the lanes inside, but the series lanes try native/verf_table.py
+    first (it decides no lane the series leaves undecided): the polynomial below 1/2 where some
+    lane needs it, the table's pieces above."""
+    y = ain
+    if vany(vand(inside, vnot(series))):
+        y = verf_poly(ain)
+    y = verf_table_into(ain, y, series)
+    err = dselect(series, vsplat(TABLE_ERR), vsplat(ERF_POLY_ERR))
+    return vround_test(y, vmul(y, err), sg)
+
+
+@_jit
 def verf_block(x, lo, stop, t, t_ok, scale):
     """t[i - lo] = erff(x[i] scale) for lo <= i < stop (WIDTH divides stop - lo), t_ok[i - lo]
-    1 where decided, else 0 (scale: ALPHA; 1 in benchmarks/vgelu_exhaustive.py). The series
-    lanes try the table; a vector with one lane left for the series would run the loop for
+    1 where decided, else 0 (scale: ALPHA; 1 in benchmarks/vgelu_exhaustive.py). Every lane
+    tries native/verf_lanes.py's polynomial, the few it leaves take `verf_paths`, and the
+    series lanes those leave go to the series; a vector with one such lane would run its loop for
     all its lanes, so those lanes are gathered WIDTH at a time (the last group padded with
     its last lane) and run together: each lane's operations stay the scalar's."""
     one, zero = vsplat(ONE32), vsplat(ZERO32)
@@ -67,13 +82,13 @@ def verf_block(x, lo, stop, t, t_ok, scale):
         w = vmul(vload(x, i), vsplat(scale))
         a, sg, inside, series = verf_parts(w)
         ain = dselect(inside, a, vsplat(QUARTER))
-        y = ain
-        if vany(vand(inside, vnot(series))):
-            y = verf_poly(ain)
-        # the series lanes try the table first (it decides no lane the series leaves undecided)
-        y = verf_table_into(ain, y, series)
-        err = dselect(series, vsplat(TABLE_ERR), vsplat(ERF_POLY_ERR))
-        r, ok = vround_test(y, vmul(y, err), sg)
+        y = verf_lanes(ain)  # one polynomial per lane (it decides no lane the scalar leaves)
+        r, ok = vround_test(y, vmul(y, vsplat(ERF_TRY_ERR)), sg)
+        again = vand(inside, vnot(ok))
+        if vany(again):  # rare: the scalar's own path on this vector
+            r2, ok2 = verf_paths(ain, sg, inside, series)
+            r = vselect(again, r2, r)
+            ok = vor(vand(again, ok2), vand(vnot(again), ok))
         r, ok = verf_finish(w, a, sg, inside, r, ok)
         retry = vand(series, vnot(ok))
         vstore(t, i - lo, vselect(retry, w, r))  # a lane for the series keeps its argument for now
