@@ -75,6 +75,21 @@ def test_row_chunk_folds_and_column_folds_equal_the_oracle(backend, case):
         assert_same_bits(got, want, f"{backend} col_fold {case} products={products}")
 
 
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.values[0] in ("cpu-numba", "cpu-cffi")])
+def test_column_folds_across_column_blocks_of_a_tall_matrix_equal_the_oracle(backend):
+    # 1100 rows (a chunk and a short one) by 1040 columns: two column blocks of the CPU
+    # kernel, the second partial; the oracle folds the columns around the blocks' edges
+    m, n = 1100, 1040
+    a, b = data((m, n), 16), data((m, n), 17)
+    cols = np.r_[0:3, 1015:1033, 1037:1040]
+    for products in (False, True):
+        got, want = np.empty(n, np.float32), np.empty(cols.size, np.float32)
+        k_of(backend).col_fold(a, b, products, got)
+        oracle().col_fold(np.ascontiguousarray(a[:, cols]), np.ascontiguousarray(b[:, cols]),
+                          products, want)
+        assert_same_bits(got[cols], want, f"{backend} col_fold {m}x{n} products={products}")
+
+
 @pytest.mark.parametrize("backend,case", backend_case_params(BACKENDS, [(9, 3, 4), (40, 17, 5)],
                                                              [(2100, 33, 3), (300, 16, 50)]))
 def test_segment_fold_equals_the_oracle_and_leaves_other_rows(backend, case):
