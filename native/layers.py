@@ -538,6 +538,15 @@ rms_norm_kernel, rms_norm_backward_kernel = Twin(_rms_norm), Twin(_rms_norm_back
 row_chunk_folds_kernel, relu_kernel = Twin(_row_chunk_folds), Twin(_relu)
 
 
+def _gemm_kernel(m: int, n: int, k: int):
+    """The kernel for an (m, k) x (n, k) gemm_nt: native/gemm_outer.py's outer products where
+    it runs (AVX-512, m >= 4, n >= 96; loaded on its first use), else `_gemm_nt`. Both give
+    every cell the fold's bits, so the choice never reaches them."""
+    from . import gemm_outer
+
+    return gemm_outer.gemm_outer if gemm_outer.usable(m, n, k) else gemm_nt_kernel
+
+
 class NumbaLayers(NumbaBase):
     """The layers family's kernels on the CPU with numba (the interface of contracts/layers.md).
 
@@ -555,8 +564,9 @@ class NumbaLayers(NumbaBase):
         """out[i, j] = fold_k a[i, k] * b[j, k] (+ bias[j]); a (M, K), b (N, K), out (M, N)."""
         m, k = a.shape
         n = b.shape[0]
-        gemm_nt_kernel(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k,
-                       bias if has_bias else _PLACEHOLDER, bool(has_bias), False, out.reshape(-1))
+        _gemm_kernel(m, n, k)(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k,
+                              bias if has_bias else _PLACEHOLDER, bool(has_bias), False,
+                              out.reshape(-1))
 
     def gemm_nn(self, a, b, out) -> bool:
         """out[i, j] = fold_k a[i, k] * b[k, j]; a (M, K), b (K, N), out (M, N): gemm_nt's
@@ -566,10 +576,16 @@ class NumbaLayers(NumbaBase):
         transpose (faster there, native/gemm_nn.py). Only cpu-numba has this method."""
         from . import gemm_nn  # imported on first use: a process without matmul compiles nothing
 
+        from . import gemm_outer
+
         m, k = a.shape
         n = b.shape[1]
         if n < 16 or m == 0 or k == 0 or not gemm_nn.FAST:
             return False
+        if gemm_outer.usable(m, n, k):  # the outer-product tiles (native/gemm_outer.py)
+            gemm_outer.gemm_outer_nn(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k,
+                                     _PLACEHOLDER, False, False, out.reshape(-1))
+            return True
         gemm_nn.gemm_nn(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k, out.reshape(-1))
         return True
 
@@ -577,8 +593,8 @@ class NumbaLayers(NumbaBase):
         """out (ceil(K/1024), M, N): the chunk partials of gemm_nt's cells (no pairwise tree)."""
         m, k = a.shape
         n = b.shape[0]
-        gemm_nt_kernel(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k, _PLACEHOLDER, False,
-                       True, out.reshape(-1))
+        _gemm_kernel(m, n, k)(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k,
+                              _PLACEHOLDER, False, True, out.reshape(-1))
 
     def row_chunk_folds(self, a, out):
         """out (M, ceil(C/1024)): the fold's chunk partials of every row of a (M, C)."""

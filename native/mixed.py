@@ -219,16 +219,17 @@ class NumbaMixed(NumbaBase):
         bits (native/mixed_gemm.py). Otherwise it writes nothing and returns False, and the
         caller runs the float32 gemm_nt. Only cpu-numba has this method."""
         # imported on first use: a process that only casts never loads the GEMM
-        from . import mixed_gemm
+        from . import gemm_outer, mixed_gemm
 
         if not mixed_gemm.HAS_FMA or not mixed_gemm.exact_products(
                 a.reshape(-1).view(np.uint32), b.reshape(-1).view(np.uint32), significand):
             return False
         m, k = a.shape
         n = b.shape[0]
-        mixed_gemm.gemm_nt_fma(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k,
-                               bias if has_bias else _NO_BIAS, bool(has_bias), False,
-                               out.reshape(-1))
+        # the outer-product tiles where they run (native/gemm_outer.py), the same bits
+        kernel = gemm_outer.gemm_outer_fma if gemm_outer.usable(m, n, k) else mixed_gemm.gemm_nt_fma
+        kernel(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k,
+               bias if has_bias else _NO_BIAS, bool(has_bias), False, out.reshape(-1))
         return True
 
 

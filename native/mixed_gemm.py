@@ -37,20 +37,16 @@ True
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import boolean, int64, njit, types, uint32, void
-from numba.core import cgutils
-from numba.core.extending import intrinsic
 
 from . import layers
 from .layers import F1, IN1
 from .retarget import retarget
-from .simd import WIDTH, vec, vload
+from .simd import vfma, vload
 from .target import target_asm
 from .threads import Twin
 
 _STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: the one fma is written out
-_VEC = ir.VectorType(ir.FloatType(), WIDTH)
 IN_BITS = types.Array(uint32, 1, "C", readonly=True)
 
 
@@ -113,19 +109,6 @@ def exact_products(a_bits: np.ndarray, b_bits: np.ndarray, significand: int) -> 
     if lo_a == NO_EXPONENT or lo_b == NO_EXPONENT:  # an operand of zeros: zero products
         return True
     return lo_a + lo_b >= -126 and hi_a + hi_b <= 126
-
-
-@intrinsic
-def vfma(typingctx, a, b, c):
-    """Lane by lane a * b + c rounded once (llvm.fma: IEEE fusedMultiplyAdd)."""
-    if a != vec or b != vec or c != vec:
-        return None
-
-    def codegen(context, builder, sig, args):
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC] * 3),
-                                            "llvm.fma.v16f32")
-        return builder.call(fn, list(args))
-    return vec(a, b, c), codegen
 
 
 @njit(inline="always", **_STRICT)

@@ -445,3 +445,18 @@ def vgather(typingctx, table, idx):
         return builder.call(fn, [ptrs, ir.Constant(ir.IntType(32), 8), everywhere,
                                  ir.Constant(_VECD, ir.Undefined)])
     return vecd(table, idx), codegen
+
+
+@intrinsic
+def vfma(typingctx, a, b, c):
+    """Lane by lane a * b + c rounded once (llvm.fma: IEEE fusedMultiplyAdd). Only kernels
+    that have established that every product is exact may call it (tests/test_vectorized.py's
+    FMA_ALLOWED): then it gives the bits of vadd(c, vmul(a, b))."""
+    if a != vec or b != vec or c != vec:
+        return None
+
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC] * 3),
+                                            f"llvm.fma.v{WIDTH}f32")
+        return builder.call(fn, list(args))
+    return vec(a, b, c), codegen

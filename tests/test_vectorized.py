@@ -53,7 +53,7 @@ NO_FMA_TARGETS = {"generic"}  # the others have FMA3
 
 
 # the only kernels whose code may hold a fused multiply-add, by label
-FMA_ALLOWED = {"mixed_gemm._gemm_nt_fma"}
+FMA_ALLOWED = {"mixed_gemm._gemm_nt_fma", "gemm_outer._gemm_outer_fma"}
 FUSED = re.compile(r"vf(n?)m(add|sub)\w*")  # x86 FMA3/FMA4 mnemonics
 FMAF = re.compile(r"\bfmaf\b")  # libm's fmaf, called or its address loaded (movabsq $fmaf)
 

@@ -1,0 +1,125 @@
+"""The outer-product GEMM (native/gemm_outer.py) gives every cell the fold's bits.
+
+Small shapes are compared with the oracle's linear; shapes with several chunks, short last
+steps, several row blocks and an overlapped last strip with layers' `_gemm_nt` (the tile
+kernel the oracle checks in tests/test_layers_kernels.py), bit for bit, on the calling
+thread and on the pool. The fused variant is checked where every product is exact, and
+shown to differ where bfloat16 products underflow (the reason its caller checks ranges).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mojolike
+from mojolike.native import gemm_outer, layers, mixed_gemm
+
+pytestmark = pytest.mark.skipif(not gemm_outer.FAST, reason="the outer-product GEMM runs on AVX-512 targets only")
+
+ON_POOL, ON_CALLER = 10**9, 0  # the work argument: above or below the parallel threshold
+NO_BIAS = np.zeros(16, np.float32)
+
+
+def _data(shape, seed, bf16=False):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    if bf16:  # values of 8 significant bits: every product exact
+        x = (x.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    return x
+
+
+def _outer(kernel, a, b, bias=None, work=ON_POOL, chunk_partials=False):
+    m, k = a.shape
+    n = b.shape[0]
+    size = ((k + 1023) // 1024 if chunk_partials else 1) * m * n
+    out = np.full(size, np.nan, np.float32)
+    kernel(work, a.reshape(-1), b.reshape(-1), m, n, k, NO_BIAS if bias is None else bias,
+           bias is not None, chunk_partials, out)
+    return out
+
+
+def _tiles(a, b, bias=None, chunk_partials=False):
+    m, k = a.shape
+    n = b.shape[0]
+    size = ((k + 1023) // 1024 if chunk_partials else 1) * m * n
+    out = np.empty(size, np.float32)
+    layers.gemm_nt_kernel(1, a.reshape(-1), b.reshape(-1), m, n, k,
+                          NO_BIAS if bias is None else bias, bias is not None, chunk_partials, out)
+    return out
+
+
+def _same(x, y):
+    return np.array_equal(np.asarray(x).reshape(-1).view(np.uint32),
+                          np.asarray(y).reshape(-1).view(np.uint32))
+
+
+@pytest.mark.parametrize("m, n, k", [(4, 96, 1), (5, 97, 33), (4, 100, 40)])
+def test_small_products_equal_the_oracles_linear_bit_for_bit(m, n, k):
+    a, b, bias = _data((m, k), 1), _data((n, k), 2), _data(n, 3)
+    want = mojolike.linear(a, b, bias, backend="oracle")
+    assert _same(_outer(gemm_outer.gemm_outer, a, b, bias), want)
+    assert _same(_outer(gemm_outer.gemm_outer, a, b, bias, work=ON_CALLER), want)
+
+
+@pytest.mark.parametrize("m, n, k", [(7, 130, 1025), (13, 96, 2049), (1031, 200, 64),
+                                     (9, 193, 3000)])
+def test_chunks_short_steps_row_blocks_and_the_last_strip_equal_the_tile_kernel(m, n, k):
+    a, b, bias = _data((m, k), 4), _data((n, k), 5), _data(n, 6)
+    for with_bias in (None, bias):
+        want = _tiles(a, b, with_bias)
+        assert _same(_outer(gemm_outer.gemm_outer, a, b, with_bias), want)
+        assert _same(_outer(gemm_outer.gemm_outer, a, b, with_bias, work=ON_CALLER), want)
+    assert _same(_outer(gemm_outer.gemm_outer, a, b, chunk_partials=True),
+                 _tiles(a, b, chunk_partials=True))
+
+
+def test_signed_zeros_infinities_and_nans_take_the_fold_s_bits():
+    a, b = _data((6, 70), 7), _data((101, 70), 8)
+    a[0, :] = -0.0
+    b[3, :] = 0.0  # row 0 x column 3: only -0.0 * 0.0 products, a -0.0 sum
+    a[1, 5], b[7, 9] = np.inf, np.nan
+    a[2, 33] = -np.inf
+    b[10, 33] = 0.0
+    assert _same(_outer(gemm_outer.gemm_outer, a, b), _tiles(a, b))
+
+
+@pytest.mark.skipif(not mixed_gemm.HAS_FMA, reason="this CPU has no FMA")
+@pytest.mark.parametrize("m, n, k", [(4, 96, 31), (11, 150, 2100)])
+def test_the_fused_variant_equals_the_float32_kernel_where_products_are_exact(m, n, k):
+    a, b, bias = _data((m, k), 9, bf16=True), _data((n, k), 10, bf16=True), _data(n, 11)
+    assert mixed_gemm.exact_products(a.reshape(-1).view(np.uint32), b.reshape(-1).view(np.uint32), 8)
+    assert _same(_outer(gemm_outer.gemm_outer_fma, a, b, bias), _tiles(a, b, bias))
+    assert _same(_outer(gemm_outer.gemm_outer_fma, a, b, work=ON_CALLER), _tiles(a, b))
+
+
+@pytest.mark.skipif(not mixed_gemm.HAS_FMA, reason="this CPU has no FMA")
+def test_the_fused_variant_differs_where_bfloat16_products_underflow():
+    a = _data((4, 64), 12, bf16=True) * np.float32(2.0 ** -66)
+    b = _data((96, 64), 13, bf16=True) * np.float32(2.0 ** -66)  # products near 2^-132: rounded
+    assert not mixed_gemm.exact_products(a.reshape(-1).view(np.uint32),
+                                         b.reshape(-1).view(np.uint32), 8)
+    fused = _outer(gemm_outer.gemm_outer_fma, a, b)
+    assert (fused.view(np.uint32) != _tiles(a, b).view(np.uint32)).sum() >= 10
+
+
+def test_layers_gemm_nt_takes_the_outer_products_where_they_run(monkeypatch):
+    calls = []
+    kernel = gemm_outer.gemm_outer
+    monkeypatch.setattr(gemm_outer, "gemm_outer", lambda *args: calls.append(args[3:6]) or kernel(*args))
+    k = layers.load("identical")
+    for m, n in ((4, 96), (3, 96), (4, 95)):
+        k.gemm_nt(_data((m, 8), 14), _data((n, 8), 15), NO_BIAS, False, np.empty((m, n), np.float32))
+    assert calls == [(4, 96, 8)]
+
+
+@pytest.mark.parametrize("m, n, k", [(4, 96, 5), (7, 130, 1025), (9, 193, 2100)])
+def test_b_stored_k_by_n_gives_the_cells_of_gemm_nn(m, n, k):
+    from mojolike.native import gemm_nn
+
+    a, b = _data((m, k), 16), _data((k, n), 17)
+    want = np.empty(m * n, np.float32)
+    gemm_nn.gemm_nn(1, a.reshape(-1), b.reshape(-1), m, n, k, want)
+    for work in (ON_POOL, ON_CALLER):
+        out = np.full(m * n, np.nan, np.float32)
+        gemm_outer.gemm_outer_nn(work, a.reshape(-1), b.reshape(-1), m, n, k, NO_BIAS, False, False, out)
+        assert _same(out, want)
+    assert _same(want, _tiles(a, b.T.copy()))  # and gemm_nt's on b's transpose
