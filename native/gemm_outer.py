@@ -14,7 +14,8 @@ with 6 broadcasts a step, measured 14% slower on AMD Zen 4), and a lane's 24
 accumulators meet the stack of at most 5 waiting tiles at its end (in L1).
 
 The strip of b a tile reads (96 of its rows, one chunk) is packed first, lane by lane
-and step by step (bp[(32 l + t) * 96 + c] = b[j0 + c, base + 32 t + l]), so the loop reads
+and step by step (bp[(T l + t) * 96 + c] = b[j0 + c, base + 32 t + l], T the steps of a
+lane in a chunk of K), so the loop reads
 it in order; a is read as stored. The work is claimed in units of a strip by a block of
 rows: the strip is packed once per unit and chunk, and a unit's chunk partials wait in
 `part` for the pairwise tree over chunks. The last tile of a block overlaps the one
@@ -102,7 +103,7 @@ def _put(s, o, c):
 
 
 @njit(inline="always", **_STRICT)
-def _tile(a, kk, ra, bp, steps, rem, stack, order, dst, o):
+def _tile(a, kk, ra, bp, tmax, steps, rem, stack, order, dst, o):
     """The chunk partials of a 4 x 96 tile into dst[o + 96 r : o + 96 r + 96] (row r): rows
     of a at offsets ra + r * kk (the chunk's first k), the strip packed in bp; the chunk has
     `steps` whole steps and `rem` lanes with one step more."""
@@ -114,7 +115,7 @@ def _tile(a, kk, ra, bp, steps, rem, stack, order, dst, o):
         count = steps + 1 if lane < rem else steps
         c0 = c1 = c2 = c3 = z6
         ka = ra + lane
-        kb = lane * LANES * STRIP
+        kb = lane * tmax * STRIP
         for t in range(count):
             k = ka + LANES * t
             p = kb + STRIP * t
@@ -145,13 +146,13 @@ def _tile(a, kk, ra, bp, steps, rem, stack, order, dst, o):
 
 
 @njit(inline="always", **_STRICT)
-def _pack(b, n, kk, j0, base, end, bp):
-    """bp[(32 l + t) * 96 + c] = b[j0 + c, base + 32 t + l] for the chunk [base, end)."""
+def _pack(b, n, kk, j0, base, end, tmax, bp):
+    """bp[(tmax l + t) * 96 + c] = b[j0 + c, base + 32 t + l] for the chunk [base, end)."""
     for c in range(STRIP):
         row = (j0 + c) * kk
         for k in range(base, end):
             d = k - base
-            bp[((d & 31) * LANES + (d >> 5)) * STRIP + c] = b[row + k]
+            bp[((d & 31) * tmax + (d >> 5)) * STRIP + c] = b[row + k]
 
 
 @njit(inline="always", **_STRICT)
@@ -171,20 +172,20 @@ def _pairwise_vectors(p, o, s, k):
 
 
 @njit(inline="always", **_STRICT)
-def _pack_nn(b, n, kk, j0, base, end, bp):
-    """The same strip of b stored (K, N): bp[(32 l + t) * 96 + c] = b[base + 32 t + l, j0 + c],
+def _pack_nn(b, n, kk, j0, base, end, tmax, bp):
+    """The same strip of b stored (K, N): bp[(tmax l + t) * 96 + c] = b[base + 32 t + l, j0 + c],
     a row's 96 floats moved as 6 vectors."""
     for k in range(base, end):
         d = k - base
-        dst = ((d & 31) * LANES + (d >> 5)) * STRIP
+        dst = ((d & 31) * tmax + (d >> 5)) * STRIP
         src = k * n + j0
         for v in range(0, STRIP, 16):
             vstore(bp, dst + v, vload(b, src + v))
 
 
 @njit(**_STRICT)
-def _unit(a, b, m, n, kk, i_lo, i_hi, j0, c_lo, bias, has_bias, chunk_partials, out, bp, stack,
-          part):
+def _unit(a, b, m, n, kk, i_lo, i_hi, j0, c_lo, bias, has_bias, chunk_partials, out, tmax, bp,
+          stack, part):
     """Rows [i_lo, i_hi) by the strip of columns [j0, j0 + 96), storing columns from j0 + c_lo:
     each chunk's tiles into `part` (chunk by chunk, a row's 96 cells together), then each
     cell's pairwise tree over its chunk partials (+ bias[j]), or with `chunk_partials` the
@@ -194,13 +195,13 @@ def _unit(a, b, m, n, kk, i_lo, i_hi, j0, c_lo, bias, has_bias, chunk_partials, 
     for ch in range(nchunks):
         base = CHUNK * ch
         end = min(base + CHUNK, kk)
-        _pack(b, n, kk, j0, base, end, bp)
+        _pack(b, n, kk, j0, base, end, tmax, bp)
         at = ch * rows * STRIP
         i0 = i_lo
         while i0 < i_hi:
             i = min(i0, i_hi - ROWS)  # the last tile overlaps the one before it
-            _tile(a, kk, i * kk + base, bp, (end - base) // LANES, (end - base) % LANES, stack,
-                  ORDER, part, at + (i - i_lo) * STRIP)
+            _tile(a, kk, i * kk + base, bp, tmax, (end - base) // LANES, (end - base) % LANES,
+                  stack, ORDER, part, at + (i - i_lo) * STRIP)
             i0 += ROWS
     stride = rows * STRIP  # between a cell's chunk partials in `part`
     for i in range(i_lo, i_hi):
@@ -229,12 +230,13 @@ def _gemm_outer(a, b, m, n, kk, bias, has_bias, chunk_partials, out):
     mb = (m + nblocks - 1) // nblocks  # >= ROWS when m >= ROWS
     nstrips = (n + STRIP - 1) // STRIP
     units = nstrips * nblocks
+    tmax = (min(kk, CHUNK) + LANES - 1) // LANES  # a lane's packed steps: a short K packs less
     claimed = np.zeros(1, np.int64)
     for _ in prange(units):  # the first iteration on each thread takes all it can
         u = _claim(claimed)
         if u >= units:
             continue
-        bp = np.empty(CHUNK * STRIP, np.float32)
+        bp = np.empty(LANES * tmax * STRIP, np.float32)
         stack = np.empty(5 * TILE, np.float32)
         part = np.empty(nchunks * mb * STRIP, np.float32)
         while u < units:
@@ -245,7 +247,7 @@ def _gemm_outer(a, b, m, n, kk, bias, has_bias, chunk_partials, out):
                 i_lo = i_hi - ROWS
             j0 = min(s * STRIP, n - STRIP)
             _unit(a, b, m, n, kk, i_lo, i_hi, j0, s * STRIP - j0, bias, has_bias, chunk_partials,
-                  out, bp, stack, part)
+                  out, tmax, bp, stack, part)
             u = _claim(claimed)
 
 

@@ -14,7 +14,8 @@ import pytest
 import mojolike
 from mojolike.native import gemm_outer, layers, mixed_gemm
 
-pytestmark = pytest.mark.skipif(not gemm_outer.FAST, reason="the outer-product GEMM runs on AVX-512 targets only")
+pytestmark = pytest.mark.skipif(not gemm_outer.FAST,
+                                reason="the outer-product GEMM runs on AVX-512 targets only")
 
 ON_POOL, ON_CALLER = 10**9, 0  # the work argument: above or below the parallel threshold
 NO_BIAS = np.zeros(16, np.float32)
