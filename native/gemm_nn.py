@@ -39,7 +39,7 @@ from numba import int64, njit, prange, void
 
 from ..oracles.fold import CHUNK, LANES
 from .fold import NEG_ZERO
-from .layers import _STRICT, F1, IN1, _claim
+from .layers import _STRICT, F1, IN1, _claim, _pairwise_vectors
 from .simd import WIDTH, vadd, vload, vmul, vsplat, vstore
 from .target import has_zmm
 from .threads import Twin
@@ -126,23 +126,6 @@ def _chunk4(a, pk, ra, bo, count):
 
 
 @njit(inline="always", **_STRICT)
-def _pairwise_vectors(part, o, nchunks):
-    """The fold's pairwise tree over nchunks partial vectors part[o + 16 c : o + 16 c + 16],
-    level by level, an odd last one carried up; the result in part[o : o + 16]."""
-    k = nchunks
-    while k > 1:
-        h = k // 2
-        for i in range(h):
-            vstore(part, o + WIDTH * i, vadd(vload(part, o + 2 * WIDTH * i),
-                                             vload(part, o + 2 * WIDTH * i + WIDTH)))
-        if k % 2 == 1:
-            vstore(part, o + WIDTH * h, vload(part, o + WIDTH * (k - 1)))
-            k = h + 1
-        else:
-            k = h
-
-
-@njit(inline="always", **_STRICT)
 def _pack(b, n, kk, j, pk):
     """Columns j..j+16 of b (K, N) into pk, chunk by chunk and lane by lane: row base + 32 t + l
     at pk[16 (base + 32 l + t)], so a lane's rows are contiguous."""
@@ -167,10 +150,8 @@ def _tile(a, pk, m, kk, i0, part):
         vstore(part, WIDTH * (nchunks + ch), x1)
         vstore(part, WIDTH * (2 * nchunks + ch), x2)
         vstore(part, WIDTH * (3 * nchunks + ch), x3)
-    for r in range(4):
-        if nchunks > 1:
-            _pairwise_vectors(part, WIDTH * r * nchunks, nchunks)
-        vstore(part, WIDTH * r, vload(part, WIDTH * r * nchunks))
+    for r in range(4):  # row r's partials are contiguous vectors: the tree with stride 16
+        vstore(part, WIDTH * r, _pairwise_vectors(part, WIDTH * r * nchunks, WIDTH, nchunks))
 
 
 @njit(_nrt=False, **_STRICT)  # allocates nothing: no reference counts in the tile's loops

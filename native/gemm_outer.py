@@ -47,17 +47,17 @@ from numba import boolean, int64, njit, prange, void
 
 from ..oracles.fold import CHUNK, LANES
 from .fold import NEG_ZERO
-from .layers import _STRICT, F1, IN1, _claim, _pairwise_strided
-from .mixed_gemm import HAS_FMA  # where the fused variant may run (its callers check it)
-from .retarget import retarget
+from .layers import _STRICT, F1, IN1, _claim, _pairwise_strided, _pairwise_vectors
+from .retarget import renamed, retarget
 from .simd import vadd, vfma, vload, vmul, vsplat, vstore
-from .target import has_zmm
+from .target import has_fma, has_zmm
 from .threads import Twin
 
 ROWS = 4  # rows of a per tile: 4 x 6 accumulators, 6 vectors of b and a broadcast fit 32 registers
 STRIP = 96  # columns of the output (rows of b) per tile: 6 vectors
 ROW_BLOCK = 1024  # rows per unit of work: a strip packed once per chunk serves this many rows
 FAST = has_zmm()
+HAS_FMA = has_fma()  # where the fused variant may run (its callers check it)
 # the lanes in the order the butterfly's tree meets them depth first: q -> bit-reversed q
 ORDER = np.array([int(f"{q:05b}"[::-1], 2) for q in range(LANES)], np.int64)
 TILE = ROWS * STRIP  # floats of one tile in the stack
@@ -156,22 +156,6 @@ def _pack(b, n, kk, j0, base, end, tmax, bp):
 
 
 @njit(inline="always", **_STRICT)
-def _pairwise_vectors(p, o, s, k):
-    """layers' `_pairwise_strided` for 16 neighbouring cells at once: the pairwise tree over
-    the vectors p[o + i s : o + i s + 16], i < k (overwrites them)."""
-    while k > 1:
-        h = k // 2
-        for i in range(h):
-            vstore(p, o + i * s, vadd(vload(p, o + 2 * i * s), vload(p, o + (2 * i + 1) * s)))
-        if k % 2 == 1:
-            vstore(p, o + h * s, vload(p, o + (k - 1) * s))
-            k = h + 1
-        else:
-            k = h
-    return vload(p, o)
-
-
-@njit(inline="always", **_STRICT)
 def _pack_nn(b, n, kk, j0, base, end, tmax, bp):
     """The same strip of b stored (K, N): bp[(tmax l + t) * 96 + c] = b[base + 32 t + l, j0 + c],
     a row's 96 floats moved as 6 vectors."""
@@ -251,25 +235,18 @@ def _gemm_outer(a, b, m, n, kk, bias, has_bias, chunk_partials, out):
             u = _claim(claimed)
 
 
-def _renamed(fn, name: str):
-    """A retargeted function under its own name (numba's disk cache tells functions apart by
-    module, qualified name and source line, which a retargeted one shares)."""
-    fn.__qualname__ = fn.__name__ = name
-    return fn
-
-
 # the same source with the fused lane step (native/retarget.py): the order cannot drift
 _tile_fma = retarget(_tile, njit(inline="always", **_STRICT), _step=_step_fma)
-_unit_fma = njit(**_STRICT)(_renamed(retarget(_unit, _tile=_tile_fma), "_unit_fma"))
+_unit_fma = njit(**_STRICT)(renamed(retarget(_unit, _tile=_tile_fma), "_unit_fma"))
 _gemm_outer_fma = njit(void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1),
                        parallel=True, **_STRICT)(
-    _renamed(retarget(_gemm_outer, _unit=_unit_fma), "_gemm_outer_fma"))
+    renamed(retarget(_gemm_outer, _unit=_unit_fma), "_gemm_outer_fma"))
 
 # b stored (K, N) (native/gemm_nn.py's operands): the same tiles from another packing
-_unit_nn = njit(**_STRICT)(_renamed(retarget(_unit, _pack=_pack_nn), "_unit_nn"))
+_unit_nn = njit(**_STRICT)(renamed(retarget(_unit, _pack=_pack_nn), "_unit_nn"))
 _gemm_outer_nn = njit(void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1),
                       parallel=True, **_STRICT)(
-    _renamed(retarget(_gemm_outer, _unit=_unit_nn), "_gemm_outer_nn"))
+    renamed(retarget(_gemm_outer, _unit=_unit_nn), "_gemm_outer_nn"))
 
 # called with their work first, as layers' gemm_nt_kernel (the multiply-adds over 32)
 gemm_outer, gemm_outer_fma = Twin(_gemm_outer), Twin(_gemm_outer_fma)
@@ -277,5 +254,4 @@ gemm_outer_nn = Twin(_gemm_outer_nn)
 
 HOT_KERNELS = {"gemm_outer._gemm_outer": (_gemm_outer, ("mulps", "addps")),
                "gemm_outer._gemm_outer_nn": (_gemm_outer_nn, ("mulps", "addps"))}
-__all__ = ["HAS_FMA", "FAST", "usable", "gemm_outer", "gemm_outer_fma", "gemm_outer_nn"]
 FMA_KERNELS = {"gemm_outer._gemm_outer_fma": _gemm_outer_fma}

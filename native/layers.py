@@ -86,6 +86,22 @@ def _pairwise_at(p, o, k):
     return _pairwise_strided(p, o, 1, k)
 
 
+@njit(inline="always", **_STRICT)
+def _pairwise_vectors(p, o, s, k):
+    """`_pairwise_strided` for 16 neighbouring cells at once: the pairwise tree over the
+    vectors p[o + i s : o + i s + 16], i < k (overwrites them)."""
+    while k > 1:
+        h = k // 2
+        for i in range(h):
+            vstore(p, o + i * s, vadd(vload(p, o + 2 * i * s), vload(p, o + (2 * i + 1) * s)))
+        if k % 2 == 1:
+            vstore(p, o + h * s, vload(p, o + (k - 1) * s))
+            k = h + 1
+        else:
+            k = h
+    return vload(p, o)
+
+
 def _target_tile() -> tuple[int, int]:
     """The GEMM's register tile for the CPU numba compiles for: (rows of a per tile, rows of b
     per multiply-add group). A tile's accumulators, a row of a and a product must fit the

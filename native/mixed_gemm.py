@@ -41,28 +41,16 @@ from numba import boolean, int64, njit, types, uint32, void
 
 from . import layers
 from .layers import F1, IN1
-from .retarget import retarget
+from .retarget import renamed, retarget
 from .simd import vfma, vload
-from .target import target_asm
+from .target import has_fma
 from .threads import Twin
 
 _STRICT = {"cache": True, "error_model": "numpy"}  # fastmath off: the one fma is written out
 IN_BITS = types.Array(uint32, 1, "C", readonly=True)
 
 
-def _target_has_fma() -> bool:
-    """Whether the CPU numba compiles for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES, else the host)
-    does a fused multiply-add of vectors in an instruction: LLVM's code for one, without a
-    call (a target without FMA gets libm's fmaf, which certified paths never use)."""
-    asm, _ = target_asm(
-        "declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)\n"
-        "define <4 x float> @probe(<4 x float> %a, <4 x float> %b, <4 x float> %c) {\n"
-        "  %d = call <4 x float> @llvm.fma.v4f32(<4 x float> %a, <4 x float> %b, <4 x float> %c)\n"
-        "  ret <4 x float> %d\n}\n")
-    return "call" not in asm and "jmp" not in asm and "fma" in asm
-
-
-HAS_FMA = _target_has_fma()
+HAS_FMA = has_fma()
 NO_EXPONENT = 1 << 20  # the range of an operand without a nonzero value: beyond any exponent
 SPECIAL = np.uint32(0x7F800000)  # the exponent field of infinities and NaNs
 ABS = np.uint32(0x7FFFFFFF)
@@ -124,23 +112,15 @@ def _step2(c0, c1, x, b, r0, r1, o):
     return vfma(x, vload(b, r0 + o), c0), vfma(x, vload(b, r1 + o), c1)
 
 
-def _renamed(fn, name: str):
-    """A retargeted function under its own name: numba's disk cache names a function by its
-    module, qualified name and source line, which a retargeted one shares with layers'
-    original, so without a name of its own either could be loaded for the other."""
-    fn.__qualname__ = fn.__name__ = name
-    return fn
-
-
 # layers' tile loops, block walk and thread claims, the same source with the fused steps
 # (native/retarget.py): the FMA GEMM cannot drift from the float32 GEMM's order
 _lanes_4x6 = retarget(layers._lanes_4x6, njit(inline="always", **_STRICT), _step6=_step6)
 _lanes_1x6 = retarget(layers._lanes_1x6, njit(inline="always", **_STRICT), _step6=_step6,
                       _step2=_step2)
-_gemm_block = njit(**_STRICT)(_renamed(retarget(
+_gemm_block = njit(**_STRICT)(renamed(retarget(
     layers._gemm_block, _lanes_4x6=_lanes_4x6, _lanes_1x6=_lanes_1x6), "_gemm_block_fma"))
 _gemm_nt_fma = njit(void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1), parallel=True,
-                    **_STRICT)(_renamed(retarget(layers._gemm_nt, _gemm_block=_gemm_block),
+                    **_STRICT)(renamed(retarget(layers._gemm_nt, _gemm_block=_gemm_block),
                                         "_gemm_nt_fma"))
 
 

@@ -37,3 +37,12 @@ def retarget(fn, jit=None, **names):
         env = dict(fn.__globals__, **names)
         bound = types.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)
     return bound if jit is None else jit(bound)
+
+
+def renamed(fn, name: str):
+    """`fn` (a retargeted plain function) under its own name: numba's disk cache tells
+    functions apart by module, qualified name and source line, which a retargeted function
+    shares with its original, so without a name of its own either could be loaded for the
+    other."""
+    fn.__qualname__ = fn.__name__ = name
+    return fn

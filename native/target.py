@@ -48,3 +48,16 @@ def add16_asm() -> tuple[str, str]:
 def has_zmm() -> bool:
     """Whether the target holds a 16-float vector in one 512-bit register (AVX-512F)."""
     return "zmm" in add16_asm()[0]
+
+
+def has_fma() -> bool:
+    """Whether the CPU numba compiles for (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES, else the host)
+    does a fused multiply-add of vectors in an instruction: LLVM's code for one, without a
+    call (a target without FMA gets libm's fmaf, which certified paths never use)."""
+    asm, _ = target_asm(
+        "declare <4 x float> @llvm.fma.v4f32(<4 x float>, <4 x float>, <4 x float>)\n"
+        "define <4 x float> @probe(<4 x float> %a, <4 x float> %b, <4 x float> %c) {\n"
+        "  %d = call <4 x float> @llvm.fma.v4f32(<4 x float> %a, <4 x float> %b, <4 x float> %c)\n"
+        "  ret <4 x float> %d\n}\n")
+    return "call" not in asm and "jmp" not in asm and "fma" in asm
+

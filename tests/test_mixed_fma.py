@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import assert_same_bits
 from mojolike.contracts import mixed_fma
-from mojolike.native import mixed_gemm
+from mojolike.native import mixed_gemm, target
 
 import mojolike
 from mojolike.core import registry
@@ -92,7 +92,7 @@ def test_the_target_probe_sees_fma_on_skylake_avx512_and_zen_and_none_on_baselin
                      ("x86-64", False), ("nehalem", False)):
         monkeypatch.setattr(numba.config, "CPU_NAME", cpu)
         monkeypatch.setattr(numba.config, "CPU_FEATURES", "")  # the target's own features
-        assert mixed_gemm._target_has_fma() is has, cpu
+        assert target.has_fma() is has, cpu
 
 
 # -- the suite's range cases --------------------------------------------------------------------
