@@ -408,6 +408,11 @@ def test_the_identical_steps_inf_nan_check_finds_one_bad_cell_at_every_position(
     offsets = np.array([0, sizes[0], sum(sizes)], np.int64)
     x = Pieces(arrays, offsets)
     assert k.all_finite(x)
+    extremes = np.float32([3.4028235e38, -3.4028235e38, 1e-45, -1e-45, -0.0])
+    for t in (0, 1):  # finite extremes (x * 0 and x - x are zeros for them) are not flagged
+        arrays[t][:5] = extremes
+        arrays[t][-5:] = extremes
+    assert k.all_finite(x)
     spots = [(0, i) for i in (*range(128), 16383, 16384, 16385, 69935, 69999)] + \
         [(1, i) for i in (0, 63, 64, 191, 192, 202)]
     for t, i in spots:
