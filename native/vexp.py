@@ -2,7 +2,10 @@
 native/crmath.py's `exp_elem` and native/attention.py's `exp_any`, for the row kernels.
 
 The operations are exp_elem's, lane by lane and in its order (binary64 +, -, * without
-fast-math flags, one rounding each), so a lane's bits are the scalar's. Two integer steps are
+fast-math flags, one rounding each), after a first try that stops the series two terms
+earlier and decides with a wider error budget (`vexp_elem`): a decided lane is the correctly
+rounded expf either way, so a lane's bits and its decided flag are the scalar's
+(benchmarks/vexp_exhaustive.py checks every binary32 input). Two integer steps are
 spelled on the bit pattern of t = x / (ln 2 / 32) + SHIFTER instead of `int(kd)`: since
 |k| < 2^51, t = 1.5 * 2^52 + k lies in [2^52, 2^53), where the patterns of t and SHIFTER
 differ by exactly k; and 2^q (the scalar's POW2[q + 160], q = (k - j) / 32 in [-151, 129]
@@ -40,13 +43,17 @@ J_MASK = np.int64(31)
 POS_INF = np.float32(np.inf)
 ZERO = np.float32(0.0)
 Q_SHIFT = np.int64(47)  # (k - j) * 2^47 = q * 2^52
+# The first try's relative error budget. |r| <= ln2/64 (1 + 2^-39) < 0.0109, so the series
+# cut after r^4/24 misses at most r^5/120 e^|r| < 1.33e-12 of e^r - 1, a relative 1.35e-12
+# < 2^-39.4 of e^r >= 0.989; the roundings (about ten, of at most 2^-53 each, as in ERR's
+# budget) and the table's 2^-53 add less than 2^-48. 2^-38 leaves a factor 2.6.
+ERR_SHORT = np.float64(2.0 ** -38)
 
 
 @_jit
-def vexp64(t):
-    """exp(t) in binary64 lane by lane: the reduction to k ln2/32 + r, the degree-6
-    polynomial in r and 2^(k/32) from the table, each step one rounding, as crmath's scalar
-    exp and erf_tanh.exp64 (t within expf's range, so 2^q is a normal binary64)."""
+def _reduced(t):
+    """(r, 2^(j/32), 2^q) of t = (32 q + j) ln2/32 + r, each step one rounding, as crmath's
+    scalar exp (t within expf's range, so 2^q is a normal binary64)."""
     s = vmul(t, vsplat(INV_LN2_32))
     s = vadd(s, vsplat(SHIFTER))
     kd = vsub(s, vsplat(SHIFTER))
@@ -55,6 +62,30 @@ def vexp64(t):
     scale = vfrombits(vadd(vshl(vsub(k, j), vsplat(Q_SHIFT)), vsplat(ONE_BITS)))  # 2^q
     r = vsub(t, vmul(kd, vsplat(LN2_32_HI)))  # exact when t is a widened float32
     r = vsub(r, vmul(kd, vsplat(LN2_32_LO)))
+    return r, vlookup32(EXP2_32, j), scale
+
+
+@_jit
+def _scaled(r, u, tj, scale):
+    """2^q (2^(j/32) + 2^(j/32) p), p = r u = e^r - 1."""
+    p = vmul(r, u)
+    y = vmul(tj, p)
+    y = vadd(tj, y)
+    return vmul(y, scale)  # exact
+
+
+@_jit
+def vexp64(t):
+    """exp(t) in binary64 lane by lane: the reduction to k ln2/32 + r, the degree-6
+    polynomial in r and 2^(k/32) from the table, each step one rounding, as crmath's scalar
+    exp and erf_tanh.exp64 (t within expf's range, so 2^q is a normal binary64)."""
+    r, tj, scale = _reduced(t)
+    return _scaled(r, _poly6(r), tj, scale)
+
+
+@_jit
+def _poly6(r):
+    """1 + r (1/2 + r (1/6 + r (1/24 + r (1/120 + r/720)))): p / r of crmath's exp."""
     u = vmul(r, vsplat(E6))
     u = vadd(u, vsplat(E5))
     u = vmul(r, u)
@@ -64,22 +95,45 @@ def vexp64(t):
     u = vmul(r, u)
     u = vadd(u, vsplat(E2))
     u = vmul(r, u)
-    u = vadd(u, vsplat(ONE))
-    p = vmul(r, u)
-    tj = vlookup32(EXP2_32, j)
-    y = vmul(tj, p)
-    y = vadd(tj, y)
-    return vmul(y, scale)  # exact
+    return vadd(u, vsplat(ONE))
+
+
+@_jit
+def _poly4(r):
+    """1 + r (1/2 + r (1/6 + r/24)): the first try's, two terms shorter."""
+    u = vmul(r, vsplat(E4))
+    u = vadd(u, vsplat(E3))
+    u = vmul(r, u)
+    u = vadd(u, vsplat(E2))
+    u = vmul(r, u)
+    return vadd(u, vsplat(ONE))
+
+
+@_jit
+def _rounded(y, err):
+    """(a, decided): a = y rounded to binary32, decided where every value within y * err of y
+    rounds to a."""
+    eb = vmul(y, vsplat(err))
+    a = vnarrow(vsub(y, eb))
+    b = vnarrow(vadd(y, eb))
+    return a, veq(a, b)
 
 
 @_jit
 def vexp_elem(x):
-    """(a, decided) lane by lane: exp_elem of each float32 lane, for EXP_TINY < x < EXP_HUGE."""
-    y = vexp64(vwiden(x))
-    eb = vmul(y, vsplat(ERR))
-    a = vnarrow(vsub(y, eb))
-    b = vnarrow(vadd(y, eb))
-    return a, veq(a, b)
+    """(a, decided) lane by lane: exp_elem of each float32 lane, for EXP_TINY < x < EXP_HUGE.
+
+    A first try stops the series at r^4/24 and rounds with the budget ERR_SHORT; only a
+    vector with a lane it leaves undecided (about one in 500) runs exp_elem's degree 6. Both
+    decide only where the correctly rounded expf is certain, so a decided lane has the
+    scalar's bits, and the first try leaves undecided every lane exp_elem leaves undecided:
+    such a lane's e^x lies within 2 ERR of a rounding boundary, well inside ERR_SHORT's
+    interval."""
+    r, tj, scale = _reduced(vwiden(x))
+    a, ok = _rounded(_scaled(r, _poly4(r), tj, scale), ERR_SHORT)
+    if vall(ok):
+        return a, ok
+    return _rounded(_scaled(r, _poly6(r), tj, scale), ERR)
 
 
 @_jit
