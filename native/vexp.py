@@ -90,18 +90,18 @@ def _poly6(r):
     u = vadd(u, vsplat(E5))
     u = vmul(r, u)
     u = vadd(u, vsplat(E4))
-    u = vmul(r, u)
-    u = vadd(u, vsplat(E3))
-    u = vmul(r, u)
-    u = vadd(u, vsplat(E2))
-    u = vmul(r, u)
-    return vadd(u, vsplat(ONE))
+    return _last_terms(r, vmul(r, u))
 
 
 @_jit
 def _poly4(r):
     """1 + r (1/2 + r (1/6 + r/24)): the first try's, two terms shorter."""
-    u = vmul(r, vsplat(E4))
+    return _last_terms(r, vmul(r, vsplat(E4)))
+
+
+@_jit
+def _last_terms(r, u):
+    """1 + r (1/2 + r (1/6 + u)), in _poly6's order."""
     u = vadd(u, vsplat(E3))
     u = vmul(r, u)
     u = vadd(u, vsplat(E2))
