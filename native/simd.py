@@ -122,6 +122,25 @@ def vload(typingctx, arr, idx):
 
 
 @intrinsic
+def vprefetch(typingctx, arr, idx):
+    """A hint that arr[idx] will be read soon (llvm.prefetch: a prefetch instruction where
+    the target has one, nothing elsewhere). It moves no value, so no bit depends on it; the
+    address may lie past the array's end (a prefetch never faults)."""
+    _check_array(arr, "vprefetch")
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = builder.gep(ary.data, [args[1]])
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ptr.type] + [ir.IntType(32)] * 3),
+            f"llvm.prefetch.p0")
+        i32 = ir.IntType(32)
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(arr, idx), codegen
+
+
+@intrinsic
 def vstore(typingctx, arr, idx, v):
     """arr[idx : idx + WIDTH] = v (unaligned, unchecked)."""
     _check_array(arr, "vstore")

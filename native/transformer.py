@@ -58,8 +58,8 @@ from .attention import _exp_any, exp_any, vdot  # noqa: F401  (exp_any: the reta
 from .base import NumbaBase
 from .crmath import _log_elem
 from .fold import NEG_ZERO, _pairwise
-from .simd import (WIDTH, vadd, vall, vand, vbutterfly, vdiv, vload, vmax, vmul, vne, vor, vsplat,
-                   vstore, vsub)
+from .simd import (WIDTH, vadd, vall, vand, vbutterfly, vdiv, vload, vmax, vmul, vne, vor,
+                   vprefetch, vsplat, vstore, vsub)
 from .simd64 import vany
 from .threads import Twin, num_threads
 from .vexp import vexp_any
@@ -75,28 +75,79 @@ TASK_ELEMENTS = 32768  # a parallel task takes whole rows, about this many eleme
 
 
 @njit(inline="always", error_model="numpy")
-def _row_max(x, o, n, acc):
-    """(max of x[o : o + n] over its non-NaN values, whether one is NaN): 32 lane maxima, exact."""
-    full = n - n % LANES
+def _max_start(x, o):
     lo = vsplat(x[o])
-    hi = lo
-    nan = vne(lo, lo)
-    for b in range(0, full, LANES):
-        a, c = vload(x, o + b), vload(x, o + b + WIDTH)
-        lo = vmax(a, lo)
-        hi = vmax(c, hi)
-        nan = vor(nan, vor(vne(a, a), vne(c, c)))  # in the same pass: a scalar scan cost a third of softmax
+    return lo, lo, vne(lo, lo)
+
+
+@njit(inline="always", error_model="numpy")
+def _max_step(x, o, lo, hi, nan):
+    """The 32 lane maxima (and NaN flags) after x[o : o + 32]."""
+    a, c = vload(x, o), vload(x, o + WIDTH)
+    # the NaN test in the same pass: a scalar scan cost a third of softmax
+    return vmax(a, lo), vmax(c, hi), vor(nan, vor(vne(a, a), vne(c, c)))
+
+
+@njit(inline="always", error_model="numpy")
+def _max_end(x, o, n, lo, hi, nan, acc):
+    """(the row's max, whether it holds NaN) from the lane maxima over its whole blocks of 32:
+    the lanes in order, then the short block's values one by one."""
     vstore(acc, 0, lo)
     vstore(acc, WIDTH, hi)
     mx = acc[0]
     for j in range(1, LANES):
         mx = acc[j] if acc[j] > mx else mx  # noqa: FURB136 (exact, NaN apart)
     some = vany(nan)
-    for k in range(full, n):
+    for k in range(n - n % LANES, n):
         v = x[o + k]
         mx = v if v > mx else mx  # noqa: FURB136
         some |= v != v
     return mx, some
+
+
+@njit(inline="always", error_model="numpy")
+def _row_max(x, o, n, acc):
+    """(max of x[o : o + n] over its non-NaN values, whether one is NaN): 32 lane maxima, exact."""
+    lo, hi, nan = _max_start(x, o)
+    for b in range(0, n - n % LANES, LANES):
+        lo, hi, nan = _max_step(x, o + b, lo, hi, nan)
+    return _max_end(x, o, n, lo, hi, nan, acc)
+
+
+@njit(inline="always", error_model="numpy")
+def _finish(x, y, j, log, vm, vt):
+    """Softmax's last step on the vector at j: y / S (vt = S), or log_softmax's (x - mx) - logf(S)
+    (vt = logf(S))."""
+    if log:
+        vstore(y, j, vsub(vsub(vload(x, j), vm), vt))
+    else:
+        vstore(y, j, vdiv(vload(y, j), vt))
+
+
+@njit(inline="always", error_model="numpy")
+def _finish_then_max(x, o, n, log, mx, t, y, nx, acc):
+    """The last step of the row at o (`_finish`; t is S or logf(S)) and, when nx, the max of the
+    next row, in one loop: the divider and the next row's loads overlap. Each is the same
+    operations as when done alone (the max's lanes and order are _row_max's)."""
+    vm, vt = vsplat(mx), vsplat(t)
+    full = n - n % LANES
+    lo, hi, nan = _max_start(x, o + n) if nx else _max_start(x, o)
+    for b in range(0, full, LANES):
+        _finish(x, y, o + b, log, vm, vt)
+        _finish(x, y, o + b + WIDTH, log, vm, vt)
+        if nx:
+            lo, hi, nan = _max_step(x, o + n + b, lo, hi, nan)
+    for j in range(full, n - n % WIDTH, WIDTH):
+        _finish(x, y, o + j, log, vm, vt)
+    for j in range(n - n % WIDTH, n):
+        if log:
+            d = x[o + j] - mx
+            y[o + j] = d - t
+        else:
+            y[o + j] = y[o + j] / t
+    if nx:
+        return _max_end(x, o + n, n, lo, hi, nan, acc)
+    return mx, False
 
 
 @njit(inline="always", error_model="numpy")
@@ -135,18 +186,21 @@ def _row_dot(a, b, o, n, acc, partials):
 def _softmax(x, m, n, log, y, status, per_task):
     nch = (n + CHUNK - 1) // CHUNK
     ntasks = (m + per_task - 1) // per_task
-    vfull = n - n % WIDTH
     for task in prange(ntasks):
         acc = np.empty(LANES, np.float32)
         partials = np.empty(nch, np.float32)
         sbits = np.empty(1, np.float32)
-        for r in range(task * per_task, min(task * per_task + per_task, m)):
+        r0, r1 = task * per_task, min(task * per_task + per_task, m)
+        mx, nan = _row_max(x, r0 * n, n, acc)  # each later row's max comes with the row before
+        for r in range(r0, r1):
             o = r * n
             status[r] = 0
-            mx, nan = _row_max(x, o, n, acc)
+            nx = r + 1 < r1
             if nan:
                 for j in range(n):
                     y[o + j] = np.float32(np.nan)
+                if nx:
+                    mx, nan = _row_max(x, o + n, n, acc)
                 continue
             bad = 0
             vm = vsplat(mx)
@@ -156,6 +210,8 @@ def _softmax(x, m, n, log, y, status, per_task):
                 lo = vsplat(NEG_ZERO)
                 hi = lo
                 for w in range(base, full, LANES):
+                    vprefetch(x, o + n + w)  # the next row's max reads these lines
+                    vprefetch(x, o + n + w + WIDTH)
                     e0, ok0 = vexp_any(vsub(vload(x, o + w), vm))
                     e1, ok1 = vexp_any(vsub(vload(x, o + w + WIDTH), vm))
                     vstore(y, o + w, e0)
@@ -173,6 +229,7 @@ def _softmax(x, m, n, log, y, status, per_task):
                     acc[k - full] = acc[k - full] + e
                 partials[c] = vbutterfly(vload(acc, 0), vload(acc, WIDTH))
             s = _pairwise(partials)
+            t = s
             if log:
                 sbits[0] = s
                 lg, ok = _log_elem(np.int64(sbits.view(np.uint32)[0]))
@@ -180,20 +237,10 @@ def _softmax(x, m, n, log, y, status, per_task):
                     lg = s
                     ok = True
                 bad += not ok
-                vl = vsplat(lg)
-                for j in range(0, vfull, WIDTH):
-                    vstore(y, o + j, vsub(vsub(vload(x, o + j), vm), vl))
-                for j in range(vfull, n):
-                    d = x[o + j] - mx
-                    y[o + j] = d - lg
-            else:
-                vs = vsplat(s)
-                for j in range(0, vfull, WIDTH):
-                    vstore(y, o + j, vdiv(vload(y, o + j), vs))
-                for j in range(vfull, n):
-                    y[o + j] = y[o + j] / s
+                t = lg
             if bad:
                 status[r] = 1
+            mx, nan = _finish_then_max(x, o, n, log, mx, t, y, nx, acc)
     return np.int64(status.sum())
 
 
