@@ -16,7 +16,8 @@ operation on that lane, so vector and scalar spellings give the same bits.
 
 Loads and stores take a C-contiguous 1-D float32 array and the index of the
 first element; they are unaligned and do not check bounds (the caller keeps
-index + WIDTH <= size). `vload_head`/`vstore_head` move only the first `count` lanes
+index + WIDTH <= size). `vprefetch` only hints that an element's line will be read
+soon (it may point past the end: a prefetch never faults, and moves no value). `vload_head`/`vstore_head` move only the first `count` lanes
 (count <= WIDTH/2, a masked load or store), for rows shorter than a vector.
 
 `vbutterfly` reduces one fold's 32 lanes; `vpairsum` makes one butterfly level for the
