@@ -11,16 +11,15 @@ Parallel over rows (prange); a row is one serial pass per step of the contract:
 4. with the gradient, grad_j = (e_j / S - q_j) * g in place.
 
 The max, the folds and the gradient hold their 32 lanes in two explicit vectors
-(native/simd.py), so they are packed on every target; expf is binary64 with
-table lookups and is left to LLVM's vectorizer (it needs gathers: packed on
-AVX2 and AVX-512 targets, scalar on baseline x86-64).
+(native/simd.py), and expf runs on native/vexp.py's 16-lane vectors (binary64 lanes, the
+table read by permutes on AVX-512), so they are packed on every target.
 
 expf/logf are native/crmath.py's `exp_elem`/`log_elem` (binary64 with a rounding
 test). A row with an undecided value gets status 1 and the caller redoes it
 exactly; its outputs are then unspecified.
 
 Caching: these kernels inline native/crmath.py's element functions and
-native/fold.py's and native/simd.py's helpers, and numba's cache=True checks
+native/vexp.py's, native/fold.py's and native/simd.py's helpers, and numba's cache=True checks
 only this file, so after editing those clear the numba cache (the __pycache__
 *.nbi/*.nbc files); a fresh checkout builds clean.
 
@@ -47,7 +46,8 @@ from numba import boolean, float32, int32, int64, njit, prange, types
 from .base import NumbaBase
 from .crmath import EXP_TINY, _exp_elem, _log_elem
 from .fold import NEG_ZERO, _butterfly, _chunk_fold, _pairwise
-from .simd import WIDTH, vadd, vbutterfly, vdiv, vload, vmax, vmul, vsplat, vstore, vsub
+from .simd import WIDTH, vadd, vall, vbutterfly, vdiv, vload, vmax, vmul, vsplat, vstore, vsub
+from .vexp import vexp_any
 from ..oracles.fold import CHUNK, LANES
 
 ZERO = np.float32(0.0)
@@ -84,13 +84,22 @@ def _row_max(z, r, acc):
 
 @njit(int64(Z2, int64, int64, int64, float32, F32_1D, int64), inline="always", **_STRICT)
 def _exp_chunk(z, r, base, m, mx, dst, doff):
-    """dst[doff + k] = expf(z[r, base + k] - mx) for k < m; returns how many were undecided.
+    """dst[doff + k] = expf(z[r, base + k] - mx) for k < m; nonzero when one was undecided.
 
-    Branch-free so that it vectorizes: d <= EXP_TINY (expf = +0) is clamped into
-    exp_elem's domain and its result replaced by +0 afterwards.
+    Sixteen lanes at a time on native/vexp.py's vector expf (its lanes are exp_any's, value
+    and decided flag: d <= EXP_TINY, -inf included, gives +0 decided), then the last m % 16
+    one by one, d <= EXP_TINY clamped into exp_elem's domain and its result replaced by +0.
+    The logits are finite (the API refuses others), so no d is NaN.
     """
+    zr = z[r]
+    vm = vsplat(mx)
     bad = 0
-    for k in range(m):
+    full = m - m % WIDTH
+    for k in range(0, full, WIDTH):
+        e, ok = vexp_any(vsub(vload(zr, base + k), vm))
+        vstore(dst, doff + k, e)
+        bad += not vall(ok)
+    for k in range(full, m):
         d = z[r, base + k] - mx
         keep = d > EXP_TINY
         w = d if keep else EXP_TINY
@@ -191,9 +200,9 @@ def _cross_entropy(z, t, ignore_index, c1, c2, qt, smoothing, g, want_grad, grad
 
 # the kernels tests/test_vectorized.py compiles for every target, and the packed
 # operations their loops must hold (the row max, the folds, the gradient)
-HOT_KERNELS = {"loss._cross_entropy": (_cross_entropy, ("maxps", "addps", "subps", "divps", "mulps"))}
-# expf (binary64, table lookups) is packed where LLVM has gathers: see native/crmath.py
-HOT_KERNELS_AVX2 = {"loss._cross_entropy": (_cross_entropy, ("mulpd", "addpd"))}
+# (the expf's binary64 lanes, mulpd and addpd, are native/vexp.py's explicit vectors)
+HOT_KERNELS = {"loss._cross_entropy": (_cross_entropy, ("maxps", "addps", "subps", "divps", "mulps",
+                                                        "mulpd", "addpd"))}
 
 
 class NumbaLoss(NumbaBase):
