@@ -16,7 +16,9 @@ value. sin(pi x) and cos(pi x) share their pieces, as the C side does: `pi_reduc
 writes |x| = n/2 + r exactly (|r| <= 1/4), `pi_sc` evaluates both Taylor
 polynomials, sin(pi r) and cos(pi r), for every element, so that the first pass
 over a block has no branch and vectorizes, n mod 4 selects, and `pi_round` is
-the rounding test.
+the rounding test. expf's kernel is native/vexp.py's `_expf`: its first pass runs
+16 lanes at a time on explicit vectors (with a shorter first try), then
+`expf_finish` here writes the special and undecided slots.
 
 Reproducibility: elementwise, so the thread count cannot reach the bits; the
 decided result is the exact value rounded, so it cannot depend on the backend.
@@ -298,35 +300,22 @@ def _expf_special(v, vb, out, ob, i):
     return 0
 
 
-@njit(int64(IN, IN_BITS, OUT, OUT_BITS), parallel=True, **_STRICT)
-def _expf(x, xb, out, ob):
-    n = x.size
-    nblocks = (n + BLOCK - 1) // BLOCK
-    counts = np.zeros(nblocks, np.int64)
-    for c in prange(nblocks):
-        lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, n)
-        # first pass without branches (it vectorizes): clamp into range, flag what to redo
-        clamped = 0
-        unsure = 0
+@njit(inline="always", **_STRICT)
+def expf_finish(x, xb, out, ob, lo, hi, clamped, unsure):
+    """After a block's first pass (out[lo:hi] = exp_elem of each input clamped into its
+    domain; `clamped`, `unsure`: whether one was clamped, or undecided): the special slots,
+    or, when one was undecided (about 1 in 2^26), the whole block again element by element.
+    Returns the block's UNDECIDED slots."""
+    undecided = 0
+    if unsure:
+        for i in range(lo, hi):
+            undecided += _expf_special(x[i], xb[i], out, ob, i)
+    elif clamped:  # only the clamped slots need their special value
         for i in range(lo, hi):
             v = x[i]
-            w = v if v > EXP_TINY else EXP_TINY  # NaN too
-            w = w if w < EXP_HUGE else EXP_HUGE
-            a, ok = _exp_elem(w)
-            out[i] = a
-            clamped += w != v
-            unsure += not ok
-        undecided = 0
-        if unsure:  # rare (about 1 in 2^26): redo the block element by element
-            for i in range(lo, hi):
-                undecided += _expf_special(x[i], xb[i], out, ob, i)
-        elif clamped:  # only the clamped slots need their special value
-            for i in range(lo, hi):
-                v = x[i]
-                if not (v > EXP_TINY and v < EXP_HUGE):
-                    _expf_special(v, xb[i], out, ob, i)
-        counts[c] = undecided
-    return counts.sum()  # integers: the order cannot matter
+            if not (v > EXP_TINY and v < EXP_HUGE):
+                _expf_special(v, xb[i], out, ob, i)
+    return undecided
 
 
 @njit(inline="always", **_STRICT)
@@ -482,12 +471,12 @@ def _cospif(x, xb, out, ob):
 
 
 # the kernels tests/test_vectorized.py compiles for every target, and the packed operations
-# their loops must hold; expf and logf look up tables per element, which LLVM vectorizes
-# with gathers, so they are packed on targets with AVX2 and scalar on baseline x86-64 (SSE2)
+# their loops must hold; logf looks up tables per element, which LLVM vectorizes with
+# gathers, so it is packed on targets with AVX2 and scalar on baseline x86-64 (SSE2);
+# expf's kernel is native/vexp.py's, on explicit vectors
 HOT_KERNELS = {"crmath._sinpif": (_sinpif, ("mulpd", "addpd")),
                "crmath._cospif": (_cospif, ("mulpd", "addpd"))}
-HOT_KERNELS_AVX2 = {"crmath._expf": (_expf, ("mulpd", "addpd")),
-                    "crmath._logf": (_logf, ("mulpd", "addpd"))}
+HOT_KERNELS_AVX2 = {"crmath._logf": (_logf, ("mulpd", "addpd"))}
 
 
 class NumbaCrmath(NumbaBase):
@@ -501,7 +490,8 @@ class NumbaCrmath(NumbaBase):
         x and out are flat float32 arrays of one size that must not overlap (the
         second pass rereads x); the public API always passes a fresh out.
         """
-        return int(_expf(x, x.view(np.uint32), out, out.view(np.uint32)))
+        from .vexp import expf_kernel  # it imports this module for exp_elem's pieces
+        return int(expf_kernel(x, x.view(np.uint32), out, out.view(np.uint32)))
 
     def logf_into(self, x, out) -> int:
         """Write logf(x) into out; returns the number of UNDECIDED slots."""

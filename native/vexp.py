@@ -28,12 +28,13 @@ arithmetic shift is needed (the baseline and AVX2 targets have none for int64). 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import int64, njit, prange
 
-from .crmath import (E2, E3, E4, E5, E6, ERR, EXP2_32, EXP_HUGE, EXP_TINY, INV_LN2_32, LN2_32_HI,
-                     LN2_32_LO, ONE, SHIFTER)
-from .simd import (vadd, vall, vand, vbits, vfrombits, veq, vge, vgt, vlt, vmul, vnarrow,
-                   vne, vnot, vor, vselect, vshl, vsplat, vsub, vwiden)
+from .crmath import (BLOCK, E2, E3, E4, E5, E6, ERR, EXP2_32, EXP_HUGE, EXP_TINY, IN, IN_BITS,
+                     INV_LN2_32, LN2_32_HI, LN2_32_LO, ONE, OUT, OUT_BITS, SHIFTER, _exp_elem,
+                     expf_finish)
+from .simd import (WIDTH, vadd, vall, vand, vbits, vfrombits, veq, vge, vgt, vload, vlt, vmul,
+                   vnarrow, vne, vnot, vor, vselect, vshl, vsplat, vstore, vsub, vwiden)
 from .simd64 import vlookup32
 
 _jit = njit(inline="always", error_model="numpy")
@@ -146,3 +147,46 @@ def vexp_any(d):
     big = vselect(vge(d, huge), vsplat(POS_INF), zero)
     special = vselect(vne(d, d), d, big)
     return vselect(inside, a, special), vor(ok, vnot(inside))
+
+
+@njit(int64(IN, IN_BITS, OUT, OUT_BITS), parallel=True, cache=True, error_model="numpy")
+def _expf(x, xb, out, ob):
+    """The number of UNDECIDED slots: mojolike.math.expf's kernel (native/crmath.py's NumbaCrmath.expf_into): per block of
+    crmath.BLOCK inputs, a first pass clamps each into exp_elem's domain (NaN to EXP_TINY) and
+    writes vexp_elem of 16 at a time (the last few one by one, exp_elem), noting whether one
+    was clamped or undecided; crmath.expf_finish then writes the special slots, or redoes an
+    undecided block element by element. A lane's value and decided flag are exp_elem's."""
+    n = x.size
+    nblocks = (n + BLOCK - 1) // BLOCK
+    counts = np.zeros(nblocks, np.int64)
+    for c in prange(nblocks):
+        lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, n)
+        tiny, huge = vsplat(EXP_TINY), vsplat(EXP_HUGE)
+        clamped = 0
+        unsure = 0
+        vend = lo + (hi - lo) // WIDTH * WIDTH
+        for i in range(lo, vend, WIDTH):
+            v = vload(x, i)
+            w = vselect(vgt(v, tiny), v, tiny)  # NaN too
+            w = vselect(vlt(w, huge), w, huge)
+            a, ok = vexp_elem(w)
+            vstore(out, i, a)
+            clamped += not vall(veq(w, v))
+            unsure += not vall(ok)
+        for i in range(vend, hi):
+            v = x[i]
+            w = v if v > EXP_TINY else EXP_TINY
+            w = w if w < EXP_HUGE else EXP_HUGE
+            a, ok = _exp_elem(w)
+            out[i] = a
+            clamped += w != v
+            unsure += not ok
+        counts[c] = expf_finish(x, xb, out, ob, lo, hi, clamped, unsure)
+    return counts.sum()  # integers: the order cannot matter
+
+
+expf_kernel = _expf  # what native/crmath.py calls (by this name: the module imports it lazily)
+
+# the kernel tests/test_vectorized.py compiles for every target, and the packed operations
+# its loops must hold (the expf's binary64 lanes)
+HOT_KERNELS = {"vexp._expf": (_expf, ("mulpd", "addpd"))}
