@@ -490,8 +490,8 @@ class NumbaCrmath(NumbaBase):
         x and out are flat float32 arrays of one size that must not overlap (the
         second pass rereads x); the public API always passes a fresh out.
         """
-        from .vexp import expf_kernel  # it imports this module for exp_elem's pieces
-        return int(expf_kernel(x, x.view(np.uint32), out, out.view(np.uint32)))
+        from .vexp import _expf  # it imports this module for exp_elem's pieces
+        return int(_expf(x, x.view(np.uint32), out, out.view(np.uint32)))
 
     def logf_into(self, x, out) -> int:
         """Write logf(x) into out; returns the number of UNDECIDED slots."""

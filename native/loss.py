@@ -44,7 +44,8 @@ import numpy as np
 from numba import boolean, float32, int32, int64, njit, prange, types
 
 from .base import NumbaBase
-from .crmath import EXP_TINY, _exp_elem, _log_elem
+from .attention import _exp_any
+from .crmath import _log_elem
 from .fold import NEG_ZERO, _butterfly, _chunk_fold, _pairwise
 from .simd import WIDTH, vadd, vall, vbutterfly, vdiv, vload, vmax, vmul, vsplat, vstore, vsub
 from .vexp import vexp_any
@@ -86,10 +87,10 @@ def _row_max(z, r, acc):
 def _exp_chunk(z, r, base, m, mx, dst, doff):
     """dst[doff + k] = expf(z[r, base + k] - mx) for k < m; nonzero when one was undecided.
 
-    Sixteen lanes at a time on native/vexp.py's vector expf (its lanes are exp_any's, value
-    and decided flag: d <= EXP_TINY, -inf included, gives +0 decided), then the last m % 16
-    one by one, d <= EXP_TINY clamped into exp_elem's domain and its result replaced by +0.
-    The logits are finite (the API refuses others), so no d is NaN.
+    Sixteen lanes at a time on native/vexp.py's vector expf, then the last m % 16 one by one
+    on its scalar twin, native/attention.py's exp_any (value and decided flag alike: d <=
+    EXP_TINY, -inf included, gives +0 decided). The logits are finite (the API refuses
+    others), so no d is NaN.
     """
     zr = z[r]
     vm = vsplat(mx)
@@ -100,12 +101,9 @@ def _exp_chunk(z, r, base, m, mx, dst, doff):
         vstore(dst, doff + k, e)
         bad += not vall(ok)
     for k in range(full, m):
-        d = z[r, base + k] - mx
-        keep = d > EXP_TINY
-        w = d if keep else EXP_TINY
-        a, ok = _exp_elem(w)
-        dst[doff + k] = a if keep else ZERO
-        bad += keep and not ok
+        e, ok = _exp_any(z[r, base + k] - mx)
+        dst[doff + k] = e
+        bad += not ok
     return bad
 
 

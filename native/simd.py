@@ -17,8 +17,9 @@ operation on that lane, so vector and scalar spellings give the same bits.
 Loads and stores take a C-contiguous 1-D float32 array and the index of the
 first element; they are unaligned and do not check bounds (the caller keeps
 index + WIDTH <= size). `vprefetch` only hints that an element's line will be read
-soon (it may point past the end: a prefetch never faults, and moves no value). `vload_head`/`vstore_head` move only the first `count` lanes
-(count <= WIDTH/2, a masked load or store), for rows shorter than a vector.
+soon (it may point past the end: a prefetch never faults, and moves no value).
+`vload_head`/`vstore_head` move only the first `count` lanes (count <= WIDTH/2, a masked
+load or store), for rows shorter than a vector.
 
 `vbutterfly` reduces one fold's 32 lanes; `vpairsum` makes one butterfly level for the
 lanes of several cells packed in two vectors, so each addition serves several cells
@@ -134,7 +135,7 @@ def vprefetch(typingctx, arr, idx):
         ptr = builder.gep(ary.data, [args[1]])
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [ptr.type] + [ir.IntType(32)] * 3),
-            f"llvm.prefetch.p0")
+            "llvm.prefetch.p0")
         i32 = ir.IntType(32)
         builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()

@@ -151,11 +151,12 @@ def vexp_any(d):
 
 @njit(int64(IN, IN_BITS, OUT, OUT_BITS), parallel=True, cache=True, error_model="numpy")
 def _expf(x, xb, out, ob):
-    """The number of UNDECIDED slots: mojolike.math.expf's kernel (native/crmath.py's NumbaCrmath.expf_into): per block of
-    crmath.BLOCK inputs, a first pass clamps each into exp_elem's domain (NaN to EXP_TINY) and
-    writes vexp_elem of 16 at a time (the last few one by one, exp_elem), noting whether one
-    was clamped or undecided; crmath.expf_finish then writes the special slots, or redoes an
-    undecided block element by element. A lane's value and decided flag are exp_elem's."""
+    """mojolike.math.expf's kernel (native/crmath.py's NumbaCrmath.expf_into), returning the
+    number of UNDECIDED slots: per block of crmath.BLOCK inputs, a first pass clamps each into
+    exp_elem's domain (NaN to EXP_TINY) and writes vexp_elem of 16 at a time (the last few one
+    by one, exp_elem), noting whether one was clamped or undecided; crmath.expf_finish then
+    writes the special slots, or redoes an undecided block element by element. A lane's value
+    and decided flag are exp_elem's."""
     n = x.size
     nblocks = (n + BLOCK - 1) // BLOCK
     counts = np.zeros(nblocks, np.int64)
@@ -184,8 +185,6 @@ def _expf(x, xb, out, ob):
         counts[c] = expf_finish(x, xb, out, ob, lo, hi, clamped, unsure)
     return counts.sum()  # integers: the order cannot matter
 
-
-expf_kernel = _expf  # what native/crmath.py calls (by this name: the module imports it lazily)
 
 # the kernel tests/test_vectorized.py compiles for every target, and the packed operations
 # its loops must hold (the expf's binary64 lanes)
