@@ -8,10 +8,12 @@ rounded expf either way, so a lane's bits and its decided flag are the scalar's
 (benchmarks/vexp_exhaustive.py checks every binary32 input). Two integer steps are
 spelled on the bit pattern of t = x / (ln 2 / 32) + SHIFTER instead of `int(kd)`: since
 |k| < 2^51, t = 1.5 * 2^52 + k lies in [2^52, 2^53), where the patterns of t and SHIFTER
-differ by exactly k; and 2^q (the scalar's POW2[q + 160], q = (k - j) / 32 in [-151, 129]
-inside exp_elem's domain) is the binary64 with pattern (k - j) * 2^47 + 1023 * 2^52, so no
-arithmetic shift is needed (the baseline and AVX2 targets have none for int64). The table
-2^(j/32) is looked up with simd64's `vlookup32` (permutes on AVX-512, a gather elsewhere).
+differ by exactly k; and the scalar's product by 2^q (POW2[q + 160], q = (k - j) / 32 in
+[-151, 129] inside exp_elem's domain) is moved onto the table entry 2^(j/32), whose
+exponent field gains (k - j) * 2^47 = q * 2^52 (no arithmetic shift is needed, which the
+baseline and AVX2 targets lack for int64): scaling by a power of two commutes with every
+rounding while the values stay normal binary64, so the bits are the scalar's. The table is
+looked up with simd64's `vlookup32` (permutes on AVX-512, a gather elsewhere).
 
 >>> import numpy as np
 >>> from numba import njit
@@ -39,40 +41,54 @@ from .simd64 import vlookup32
 
 _jit = njit(inline="always", error_model="numpy")
 SHIFTER_BITS = np.int64(np.float64(SHIFTER).view(np.int64))
-ONE_BITS = np.int64(np.float64(1.0).view(np.int64))  # 1023 * 2^52
 J_MASK = np.int64(31)
 POS_INF = np.float32(np.inf)
 ZERO = np.float32(0.0)
 Q_SHIFT = np.int64(47)  # (k - j) * 2^47 = q * 2^52
-# The first try's relative error budget. |r| <= ln2/64 (1 + 2^-39) < 0.0109, so the series
-# cut after r^4/24 misses at most r^5/120 e^|r| < 1.33e-12 of e^r - 1, a relative 1.35e-12
-# < 2^-39.4 of e^r >= 0.989; the roundings (about ten, of at most 2^-53 each, as in ERR's
-# budget) and the table's 2^-53 add less than 2^-48. 2^-38 leaves a factor 2.6.
+LN2_32 = np.float64(LN2_32_HI + LN2_32_LO)  # ln 2 / 32 to nearest, for the first try's one-step r
+# The first try's relative error budget. Its r = t - (kd LN2_32 rounded), the subtraction
+# exact (Sterbenz, or kd = 0), is within |kd| ln2/32 2^-52 <= |t| 2^-51 < 2^-44.2 of the exact
+# t - kd ln2/32 (|t| < 104 on exp_elem's domain), which moves e^r by a relative 2^-44.1 at
+# most. |r| <= ln2/64 (1 + 2^-39) < 0.0109, so the series cut after r^4/24 misses at most
+# r^5/120 e^|r| < 1.33e-12 of e^r - 1, a relative 1.35e-12 < 2^-39.4 of e^r >= 0.989; the
+# roundings (about ten, of at most 2^-53 each, as in ERR's budget) and the table's 2^-53 add
+# less than 2^-48. Together under 2^-39.2: 2^-38 leaves a factor 2.3.
 ERR_SHORT = np.float64(2.0 ** -38)
 
 
 @_jit
-def _reduced(t):
-    """(r, 2^(j/32), 2^q) of t = (32 q + j) ln2/32 + r, each step one rounding, as crmath's
-    scalar exp (t within expf's range, so 2^q is a normal binary64)."""
+def _index(t):
+    """(kd, k, j): kd = k = round(t / (ln 2 / 32)) as a binary64 and an integer, j = k mod 32."""
     s = vmul(t, vsplat(INV_LN2_32))
     s = vadd(s, vsplat(SHIFTER))
     kd = vsub(s, vsplat(SHIFTER))
     k = vsub(vbits(s), vsplat(SHIFTER_BITS))  # int(kd), exactly
-    j = vand(k, vsplat(J_MASK))
-    scale = vfrombits(vadd(vshl(vsub(k, j), vsplat(Q_SHIFT)), vsplat(ONE_BITS)))  # 2^q
-    r = vsub(t, vmul(kd, vsplat(LN2_32_HI)))  # exact when t is a widened float32
-    r = vsub(r, vmul(kd, vsplat(LN2_32_LO)))
-    return r, vlookup32(EXP2_32, j), scale
+    return kd, k, vand(k, vsplat(J_MASK))
 
 
 @_jit
-def _scaled(r, u, tj, scale):
-    """2^q (2^(j/32) + 2^(j/32) p), p = r u = e^r - 1."""
+def _exact_r(t, kd):
+    """r = t - kd ln2/32 in crmath's two steps (the first exact when t is a widened float32)."""
+    r = vsub(t, vmul(kd, vsplat(LN2_32_HI)))
+    return vsub(r, vmul(kd, vsplat(LN2_32_LO)))
+
+
+@_jit
+def _table(k, j):
+    """2^(j/32) 2^q (q = (k - j) / 32) from the table, the power of two added to the entry's
+    exponent: exact, the result a normal binary64 (t within expf's range)."""
+    tj = vlookup32(EXP2_32, j)
+    return vfrombits(vadd(vbits(tj), vshl(vsub(k, j), vsplat(Q_SHIFT))))
+
+
+@_jit
+def _scaled_table(r, u, ts):
+    """ts + ts p, p = r u, ts = 2^(j/32) 2^q: bit for bit the scalar's 2^q (2^(j/32) +
+    2^(j/32) p), since scaling by 2^q commutes with each rounding (the values stay normal
+    binary64)."""
     p = vmul(r, u)
-    y = vmul(tj, p)
-    y = vadd(tj, y)
-    return vmul(y, scale)  # exact
+    y = vmul(ts, p)
+    return vadd(ts, y)
 
 
 @_jit
@@ -80,8 +96,9 @@ def vexp64(t):
     """exp(t) in binary64 lane by lane: the reduction to k ln2/32 + r, the degree-6
     polynomial in r and 2^(k/32) from the table, each step one rounding, as crmath's scalar
     exp and erf_tanh.exp64 (t within expf's range, so 2^q is a normal binary64)."""
-    r, tj, scale = _reduced(t)
-    return _scaled(r, _poly6(r), tj, scale)
+    kd, k, j = _index(t)
+    r = _exact_r(t, kd)
+    return _scaled_table(r, _poly6(r), _table(k, j))
 
 
 @_jit
@@ -130,11 +147,15 @@ def vexp_elem(x):
     scalar's bits, and the first try leaves undecided every lane exp_elem leaves undecided:
     such a lane's e^x lies within 2 ERR of a rounding boundary, well inside ERR_SHORT's
     interval."""
-    r, tj, scale = _reduced(vwiden(x))
-    a, ok = _rounded(_scaled(r, _poly4(r), tj, scale), ERR_SHORT)
+    t = vwiden(x)
+    kd, k, j = _index(t)
+    ts = _table(k, j)
+    r = vsub(t, vmul(kd, vsplat(LN2_32)))
+    a, ok = _rounded(_scaled_table(r, _poly4(r), ts), ERR_SHORT)
     if vall(ok):
         return a, ok
-    return _rounded(_scaled(r, _poly6(r), tj, scale), ERR)
+    r = _exact_r(t, kd)
+    return _rounded(_scaled_table(r, _poly6(r), ts), ERR)
 
 
 @_jit
@@ -142,8 +163,11 @@ def vexp_any(d):
     """(e, decided) lane by lane: exp_any of each float32 lane (any binary32)."""
     tiny, huge, zero = vsplat(EXP_TINY), vsplat(EXP_HUGE), vsplat(ZERO)
     inside = vand(vgt(d, tiny), vlt(d, huge))
-    w = vselect(inside, d, zero)
+    everywhere = vall(inside)
+    w = d if everywhere else vselect(inside, d, zero)
     a, ok = vexp_elem(w)
+    if everywhere:  # the common case: no lane needs a special value
+        return a, ok
     big = vselect(vge(d, huge), vsplat(POS_INF), zero)
     special = vselect(vne(d, d), d, big)
     return vselect(inside, a, special), vor(ok, vnot(inside))
