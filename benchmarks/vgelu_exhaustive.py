@@ -8,9 +8,9 @@ round_test's value either way). vtanh_any's first try (vtanh_try, one formula pe
 is walked with it. For erff the GELU kernels' path is walked too: vgelu.verf_block
 (native/verf_lanes.py's first try on every lane, the scalar's paths where it leaves a
 lane, the series lanes gathered and run apart), here with the multiplier 1 instead of
-ALPHA, on every input but NaN (x * 1 quiets a signalling NaN). On 2026-12-06 (AMD EPYC Zen
-4, 2 threads): tanhf 0 mismatches in 66 s, erff 0 vector and 0 block-path mismatches in
-106 s. Inputs go WIDTH to a vector in pattern order, so a vector's lanes are
+ALPHA, on every input but NaN (x * 1 quiets a signalling NaN). On 2026-12-07 (AMD EPYC Zen
+4, 2 threads): tanhf 0 mismatches in 62 s, erff 0 vector and 0 block-path mismatches in
+77 s. Inputs go WIDTH to a vector in pattern order, so a vector's lanes are
 neighbours; the GELU tests (tests/test_vgelu.py) mix them.
 
 Run: python benchmarks/vgelu_exhaustive.py [--functions tanhf,erff] [--start U] [--stop U]

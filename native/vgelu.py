@@ -11,11 +11,14 @@ elements of a block run erf_tanh.py's scalar slots. erf_tanh.py's scalar kernels
 the twins the tests and benchmarks/vgelu_exhaustive.py compare these with.
 
 erf's series (from 1/2 up) costs a division per term for 13 to 60 terms, the rest a few
-dozen operations. The erf kernels first try native/verf_table.py's polynomials on those
-lanes, with a budget wide enough that they decide no input the series would leave
-undecided, so every lane they decide is the scalar's. The few left (about one in 2^19)
-would run the series loop for all sixteen lanes of a vector, so they are gathered WIDTH
-at a time (compress_store) and the loop runs on full vectors of them (`verf_block`).
+dozen operations. The erf kernels first try native/verf_lanes.py's polynomial on every
+lane, then native/verf_table.py's on the lanes it leaves, each with a budget wide enough
+that it decides no input the scalar would leave undecided, so every lane they decide is
+the scalar's (`verf_try`). The GELU formula follows in the same pass. The few lanes left
+for the series (about one in 2^19) would run its loop for all sixteen lanes of a vector,
+so their positions are noted (compress_store) and, after the block, they are gathered
+WIDTH at a time, run on full vectors and their slots written again (`verf_block` is the
+same path for erff alone, the one benchmarks/vgelu_exhaustive.py walks).
 
 Caching: these kernels inline native/verf_tanh.py's, native/erf_tanh.py's,
 native/verf_table.py's, native/crmath.py's, native/vexp.py's, native/simd.py's and
@@ -41,7 +44,7 @@ from ..core.fallbacks import Undecided
 from .erf_tanh import (ALPHA, BETA, BETA_ERF, BLOCK, DEFAULT_NAN, ERF_POLY_ERR, HALF32, IN, KAPPA,
                        MINUS_HALF32, ONE32, OUT, OUT_BITS, THREE32, UNDECIDED, ZERO32,
                        gelu_erf_grad_slot, gelu_erf_slot, gelu_tanh_grad_slot, gelu_tanh_slot)
-from .simd import (WIDTH, vadd, vand, veq, vload, vmul, vne, vnot, vor, vselect, vsplat, vstore,
+from .simd import (WIDTH, vadd, vand, vload, vmul, vne, vnot, vor, vselect, vsplat, vstore,
                    vsub)
 from .simd64 import compress_store, dselect, mask_bits, vany, viota
 from .verf_lanes import ERF_TRY_ERR, verf_lanes
@@ -67,43 +70,81 @@ def verf_paths(ain, sg, inside, series):
 
 
 @_jit
+def verf_try(w):
+    """(r, ok, series) of erff(w) lane by lane, r and ok erf_any's wherever series is False: every
+    lane tries native/verf_lanes.py's polynomial, the few it leaves take `verf_paths`; the
+    series lanes those leave (series True, about one in 2^19) still need erf_any's series,
+    which a vector with one such lane would run for all its lanes, so the callers gather
+    them WIDTH at a time (`verf_gathered`)."""
+    a, sg, inside, series = verf_parts(w)
+    ain = dselect(inside, a, vsplat(QUARTER))
+    y = verf_lanes(ain)  # one polynomial per lane (it decides no lane the scalar leaves)
+    r, ok = vround_test(y, vmul(y, vsplat(ERF_TRY_ERR)), sg)
+    again = vand(inside, vnot(ok))
+    if vany(again):  # rare: the scalar's own path on this vector
+        r2, ok2 = verf_paths(ain, sg, inside, series)
+        r = vselect(again, r2, r)
+        ok = vor(vand(again, ok2), vand(vnot(again), ok))
+    r, ok = verf_finish(w, a, sg, inside, r, ok)
+    return r, ok, vand(series, vnot(ok))
+
+
+@_jit
+def note_series(at, m, i, series):
+    """Appends the positions i + lane of the series lanes to at[m:]; returns the new count (a
+    compress to memory is microcoded on some CPUs (Zen 4), so only when there is one)."""
+    if vany(series):
+        m += compress_store(at, m, viota(i), series)
+    return m
+
+
+@_jit
+def vgathered(src, at, g, m, lanes):
+    """src at positions at[g : g + WIDTH] as a vector, the last group padded with its last lane."""
+    for j in range(WIDTH):
+        lanes[j] = src[at[min(g + j, m - 1)]]
+    return vload(lanes, 0)
+
+
+@_jit
+def scatter_put(r, ok, out, ob, at, g, m, lanes):
+    """vput's writes for the lanes gathered from at[g : g + WIDTH]; returns the undecided count."""
+    vstore(lanes, 0, r)
+    decided = mask_bits(ok)
+    undecided = 0
+    for j in range(min(WIDTH, m - g)):
+        i = at[g + j]
+        out[i] = lanes[j]
+        if not (decided >> j) & 1:
+            ob[i] = UNDECIDED
+            undecided += 1
+        elif lanes[j] != lanes[j]:
+            ob[i] = DEFAULT_NAN
+    return undecided
+
+
+@_jit
 def verf_block(x, lo, stop, t, t_ok, scale):
     """t[i - lo] = erff(x[i] scale) for lo <= i < stop (WIDTH divides stop - lo), t_ok[i - lo]
-    1 where decided, else 0 (scale: ALPHA; 1 in benchmarks/vgelu_exhaustive.py). Every lane
-    tries native/verf_lanes.py's polynomial, the few it leaves take `verf_paths`, and the
-    series lanes those leave go to the series; a vector with one such lane would run its loop for
-    all its lanes, so those lanes are gathered WIDTH at a time (the last group padded with
-    its last lane) and run together: each lane's operations stay the scalar's."""
+    1 where decided, else 0 (scale: ALPHA in the GELU kernels; 1 in
+    benchmarks/vgelu_exhaustive.py, which walks every binary32 input through this): the
+    kernels' path, `verf_try` on every vector and erf_any's series on the gathered lanes it
+    leaves, with t and t_ok where the kernels go on to their GELU formulas."""
     one, zero = vsplat(ONE32), vsplat(ZERO32)
     at = np.empty(stop - lo + WIDTH, np.int64)
-    lanes, lanes_ok = np.empty(WIDTH, np.float32), np.empty(WIDTH, np.float32)
+    lanes = np.empty(WIDTH, np.float32)
     m = 0
     for i in range(lo, stop, WIDTH):
-        w = vmul(vload(x, i), vsplat(scale))
-        a, sg, inside, series = verf_parts(w)
-        ain = dselect(inside, a, vsplat(QUARTER))
-        y = verf_lanes(ain)  # one polynomial per lane (it decides no lane the scalar leaves)
-        r, ok = vround_test(y, vmul(y, vsplat(ERF_TRY_ERR)), sg)
-        again = vand(inside, vnot(ok))
-        if vany(again):  # rare: the scalar's own path on this vector
-            r2, ok2 = verf_paths(ain, sg, inside, series)
-            r = vselect(again, r2, r)
-            ok = vor(vand(again, ok2), vand(vnot(again), ok))
-        r, ok = verf_finish(w, a, sg, inside, r, ok)
-        retry = vand(series, vnot(ok))
-        vstore(t, i - lo, vselect(retry, w, r))  # a lane for the series keeps its argument for now
+        r, ok, series = verf_try(vmul(vload(x, i), vsplat(scale)))
+        vstore(t, i - lo, r)
         vstore(t_ok, i - lo, vselect(ok, one, zero))
-        if vany(retry):  # rare; a compress to memory is microcoded on some CPUs (Zen 4)
-            m += compress_store(at, m, viota(i - lo), retry)
+        m = note_series(at, m, i, series)
     for g in range(0, m, WIDTH):
-        for j in range(WIDTH):
-            lanes[j] = t[at[min(g + j, m - 1)]]
-        r, ok = verf_any(vload(lanes, 0))
+        r, ok = verf_any(vmul(vgathered(x, at, g, m, lanes), vsplat(scale)))
         vstore(lanes, 0, r)
-        vstore(lanes_ok, 0, vselect(ok, one, zero))
         for j in range(min(WIDTH, m - g)):
-            t[at[g + j]] = lanes[j]
-            t_ok[at[g + j]] = lanes_ok[j]
+            t[at[g + j] - lo] = lanes[j]
+            t_ok[at[g + j] - lo] = ONE32 if (mask_bits(ok) >> j) & 1 else ZERO32
 
 
 @_jit
@@ -180,12 +221,20 @@ def _gelu_erf(x, out, ob):
     for c in prange(nblocks):
         lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, x.size)
         stop = hi - (hi - lo) % WIDTH
-        t, t_ok = np.empty(stop - lo, np.float32), np.empty(stop - lo, np.float32)
-        verf_block(x, lo, stop, t, t_ok, ALPHA)
+        at = np.empty(stop - lo + WIDTH, np.int64)
+        lanes = np.empty(WIDTH, np.float32)
+        m = 0
         undecided = 0
         for i in range(lo, stop, WIDTH):
-            r = vgelu_erf(vload(x, i), vload(t, i - lo))
-            undecided += vput(r, veq(vload(t_ok, i - lo), vsplat(ONE32)), out, ob, i)
+            v = vload(x, i)
+            t, ok, series = verf_try(vmul(v, vsplat(ALPHA)))
+            # a series lane's slot is written again below, so it counts once, there
+            undecided += vput(vgelu_erf(v, t), vor(ok, series), out, ob, i)
+            m = note_series(at, m, i, series)
+        for g in range(0, m, WIDTH):  # rare: erf_any's series on the gathered lanes
+            v = vgathered(x, at, g, m, lanes)
+            t, ok = verf_any(vmul(v, vsplat(ALPHA)))
+            undecided += scatter_put(vgelu_erf(v, t), ok, out, ob, at, g, m, lanes)
         for i in range(stop, hi):  # the tail: the scalar slots
             undecided += gelu_erf_slot(x[i], out, ob, i)
         counts[c] = undecided
@@ -218,13 +267,21 @@ def _gelu_erf_grad(dy, x, out, ob):
     for c in prange(nblocks):
         lo, hi = c * BLOCK, min(c * BLOCK + BLOCK, x.size)
         stop = hi - (hi - lo) % WIDTH
-        t, t_ok = np.empty(stop - lo, np.float32), np.empty(stop - lo, np.float32)
-        verf_block(x, lo, stop, t, t_ok, ALPHA)
+        at = np.empty(stop - lo + WIDTH, np.int64)
+        lanes, lanes_dy = np.empty(WIDTH, np.float32), np.empty(WIDTH, np.float32)
+        m = 0
         undecided = 0
         for i in range(lo, stop, WIDTH):
-            ok = veq(vload(t_ok, i - lo), vsplat(ONE32))
-            r, ok = vgelu_erf_grad(vload(dy, i), vload(x, i), vload(t, i - lo), ok)
-            undecided += vput(r, ok, out, ob, i)
+            v = vload(x, i)
+            t, ok, series = verf_try(vmul(v, vsplat(ALPHA)))
+            r, ok = vgelu_erf_grad(vload(dy, i), v, t, vor(ok, series))
+            undecided += vput(r, vor(ok, series), out, ob, i)  # series slots: written below
+            m = note_series(at, m, i, series)
+        for g in range(0, m, WIDTH):  # rare: erf_any's series on the gathered lanes
+            v = vgathered(x, at, g, m, lanes)
+            t, ok = verf_any(vmul(v, vsplat(ALPHA)))
+            r, ok = vgelu_erf_grad(vgathered(dy, at, g, m, lanes_dy), v, t, ok)
+            undecided += scatter_put(r, ok, out, ob, at, g, m, lanes)
         for i in range(stop, hi):  # the tail: the scalar slots
             undecided += gelu_erf_grad_slot(dy[i], x[i], out, ob, i)
         counts[c] = undecided
