@@ -44,7 +44,7 @@ from ..core.fallbacks import Undecided
 from .erf_tanh import (ALPHA, BETA, BETA_ERF, BLOCK, DEFAULT_NAN, ERF_POLY_ERR, HALF32, IN, KAPPA,
                        MINUS_HALF32, ONE32, OUT, OUT_BITS, THREE32, UNDECIDED, ZERO32,
                        gelu_erf_grad_slot, gelu_erf_slot, gelu_tanh_grad_slot, gelu_tanh_slot)
-from .simd import (WIDTH, vadd, vand, vload, vmul, vne, vnot, vor, vselect, vsplat, vstore,
+from .simd import (WIDTH, vadd, vall, vand, vload, vmul, vne, vnot, vor, vselect, vsplat, vstore,
                    vsub)
 from .simd64 import compress_store, dselect, mask_bits, vany, viota
 from .verf_lanes import ERF_TRY_ERR, verf_lanes
@@ -85,7 +85,8 @@ def verf_try(w):
         r2, ok2 = verf_paths(ain, sg, inside, series)
         r = vselect(again, r2, r)
         ok = vor(vand(again, ok2), vand(vnot(again), ok))
-    r, ok = verf_finish(w, a, sg, inside, r, ok)
+    if not vall(inside):  # some lane is +-0, NaN or at least ERF_ONE: its special value
+        r, ok = verf_finish(w, a, sg, inside, r, ok)
     return r, ok, vand(series, vnot(ok))
 
 
