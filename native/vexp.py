@@ -141,8 +141,9 @@ def _rounded(y, err):
 def vexp_elem(x):
     """(a, decided) lane by lane: exp_elem of each float32 lane, for EXP_TINY < x < EXP_HUGE.
 
-    A first try stops the series at r^4/24 and rounds with the budget ERR_SHORT; only a
-    vector with a lane it leaves undecided (about one in 500) runs exp_elem's degree 6. Both
+    A first try takes r in one rounded step, stops the series at r^4/24 and rounds with the
+    budget ERR_SHORT; only a vector with a lane it leaves undecided (about one in 500) runs
+    exp_elem's two-step r and degree 6. Both
     decide only where the correctly rounded expf is certain, so a decided lane has the
     scalar's bits, and the first try leaves undecided every lane exp_elem leaves undecided:
     such a lane's e^x lies within 2 ERR of a rounding boundary, well inside ERR_SHORT's

@@ -75,7 +75,7 @@ def verf_try(w):
     lane tries native/verf_lanes.py's polynomial, the few it leaves take `verf_paths`; the
     series lanes those leave (series True, about one in 2^19) still need erf_any's series,
     which a vector with one such lane would run for all its lanes, so the callers gather
-    them WIDTH at a time (`verf_gathered`)."""
+    them WIDTH at a time (`vgathered`)."""
     a, sg, inside, series = verf_parts(w)
     ain = dselect(inside, a, vsplat(QUARTER))
     y = verf_lanes(ain)  # one polynomial per lane (it decides no lane the scalar leaves)
