@@ -11,7 +11,11 @@ butterfly adds it. So a tile of cells runs its lanes one after another, each a p
 32-step outer-product loop: a tile of 4 rows of a by 96 columns of b holds 24 vector
 accumulators, each step 6 loads of b, 4 broadcasts of a and 24 lane steps (6 x 64 tiles,
 with 6 broadcasts a step, measured 14% slower on AMD Zen 4), and a lane's 24
-accumulators meet the stack of at most 5 waiting tiles at its end (in L1).
+accumulators meet the stack of at most 5 waiting tiles at its end (in L1). On Zen 4 the
+4 broadcasts a step are what keeps this loop from torch's rate: timed with the values
+taken from lines already in L1 (wrong results, timing only), a 2048^3 product took 112 ms
+against 122, and with vector loads in place of the broadcasts 95 ms, torch's F.linear 93
+(a's lines, 128 bytes apart from step to step, come from L2 once the strip has passed).
 
 The strip of b a tile reads (96 of its rows, one chunk) is packed first, lane by lane
 and step by step (bp[(T l + t) * 96 + c] = b[j0 + c, base + 32 t + l], T the steps of a
