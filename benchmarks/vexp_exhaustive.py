@@ -3,8 +3,9 @@ function it spells (native/attention.py's exp_any on native/crmath.py's exp_elem
 and decided flag for flag.
 
 The scalar is the one benchmarks/crmath_exhaustive.py proves correct on all 2^32 inputs. The
-vector's first try stops the series two terms earlier and decides with a wider budget
-(vexp.ERR_SHORT); a vector it leaves undecided somewhere runs the scalar's degree-6 steps.
+vector's first try takes r in one rounded step, stops the series two terms earlier and
+decides with a wider budget (vexp.ERR_SHORT); a vector it leaves undecided somewhere runs the
+scalar's two-step r and degree-6 steps.
 Per input the lane must give the scalar's decided flag, and where decided its binary32
 pattern (NaN lanes: the same pattern too). Inputs go WIDTH to a vector in pattern order, so
 a vector's lanes are neighbours; tests/test_vexp.py mixes them.

@@ -108,19 +108,26 @@ def vgathered(src, at, g, m, lanes):
 
 
 @_jit
+def put_lane(v, decided, ob, i):
+    """The pattern of slot i, which holds v: UNDECIDED where not decided, else the canonical NaN
+    where v is NaN. Returns 1 for an undecided slot, else 0."""
+    if not decided:
+        ob[i] = UNDECIDED
+        return 1
+    if v != v:
+        ob[i] = DEFAULT_NAN
+    return 0
+
+
+@_jit
 def scatter_put(r, ok, out, ob, at, g, m, lanes):
     """vput's writes for the lanes gathered from at[g : g + WIDTH]; returns the undecided count."""
     vstore(lanes, 0, r)
     decided = mask_bits(ok)
     undecided = 0
     for j in range(min(WIDTH, m - g)):
-        i = at[g + j]
-        out[i] = lanes[j]
-        if not (decided >> j) & 1:
-            ob[i] = UNDECIDED
-            undecided += 1
-        elif lanes[j] != lanes[j]:
-            ob[i] = DEFAULT_NAN
+        out[at[g + j]] = lanes[j]
+        undecided += put_lane(lanes[j], (decided >> j) & 1, ob, at[g + j])
     return undecided
 
 
@@ -143,9 +150,10 @@ def verf_block(x, lo, stop, t, t_ok, scale):
     for g in range(0, m, WIDTH):
         r, ok = verf_any(vmul(vgathered(x, at, g, m, lanes), vsplat(scale)))
         vstore(lanes, 0, r)
+        decided = mask_bits(ok)
         for j in range(min(WIDTH, m - g)):
             t[at[g + j] - lo] = lanes[j]
-            t_ok[at[g + j] - lo] = ONE32 if (mask_bits(ok) >> j) & 1 else ZERO32
+            t_ok[at[g + j] - lo] = ONE32 if (decided >> j) & 1 else ZERO32
 
 
 @_jit
@@ -206,12 +214,9 @@ def vput(r, ok, out, ob, i):
     undecided = 0
     for j in range(WIDTH):
         if (bad >> j) & 1:
-            if (decided >> j) & 1:
-                ob[i + j] = DEFAULT_NAN
-            else:
-                ob[i + j] = UNDECIDED
-                undecided += 1
+            undecided += put_lane(out[i + j], (decided >> j) & 1, ob, i + j)
     return undecided
+
 
 
 @njit(int64[:](IN, OUT, OUT_BITS), parallel=True, **_STRICT)
