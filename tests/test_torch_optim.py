@@ -349,6 +349,53 @@ def test_a_rebound_parameter_is_refused_by_name_and_nothing_is_written():
     assert all(torch.equal(p.detach(), b) for p, b in zip(ps, before))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("alias", ["a parameter", "another gradient"])
+def test_a_gradient_sharing_memory_is_refused_by_name_and_nothing_is_written(backend, alias):
+    ps = make_params()
+    opt = mo.AdamW(ps, lr=0.1, backend=backend)
+    for t in range(2):  # the second step: the first one's address table is known
+        for p, g in zip(ps, make_grads(ps, t)):
+            p.grad = g
+        if t == 1:
+            ps[3].grad = ps[1].detach()[:1] if alias == "a parameter" else ps[1].grad[:1]
+        before = [p.detach().clone() for p in ps]
+        if t == 0:
+            opt.step()
+            continue
+        named = r"params\[1\]" if alias == "a parameter" else r"grads\[1\]"
+        with pytest.raises(Refusal, match=named + r" and (params|grads)\[3\] share memory|"
+                                          r"grads\[3\] and " + named + " share memory"):
+            opt.step()
+        assert all(torch.equal(p.detach(), b) for p, b in zip(ps, before))
+
+
+def test_a_gradient_with_a_lazy_neg_bit_is_refused_not_read_unnegated():
+    ps = make_params()
+    opt = mo.AdamW(ps, lr=0.1, backend="cpu-numba")
+    for p, g in zip(ps, make_grads(ps, 0)):
+        p.grad = g
+    ps[0].grad = torch.ones(ps[0].shape)._neg_view()  # memory holds +1, the value is -1
+    before = [p.detach().clone() for p in ps]
+    with pytest.raises(Refusal, match=r"params\[0\]\.grad has a lazy conj/neg bit"):
+        opt.step()
+    assert all(torch.equal(p.detach(), b) for p, b in zip(ps, before))
+
+
+@pytest.mark.parametrize("backend, vouched", [("cpu-numba", True), ("cpu-cffi", True),
+                                              ("oracle", False)])
+def test_plain_gradients_are_read_without_a_numpy_view_where_the_kernels_take_pieces(
+        backend, vouched, monkeypatch):
+    from mojolike.torch import checks
+    views = []
+    real = checks.bound_grads
+    monkeypatch.setattr(checks, "bound_grads", lambda *a: views.append(1) or real(*a))
+    a, _ = run_torch_adapter(mo.AdamW, {"lr": 1e-2}, 3, backend, frozen=(2,))
+    b, _ = run_mojolike(mojolike.AdamW, {"lr": 1e-2}, 3, backend, frozen=(2,))
+    assert_same_bits(a, b)
+    assert (not views) == vouched
+
+
 def test_a_non_contiguous_gradient_and_add_param_group_are_refused_by_name():
     ps = make_params()
     opt = mo.AdamW(ps)

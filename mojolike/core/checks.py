@@ -184,11 +184,17 @@ def disjoint(entry: str, named: list[tuple[str, np.ndarray]]) -> None:
     """Refuse when two of the (name, contiguous array) buffers share a byte, naming both: the
     contract defines no result for a parameter that is also a gradient, or for one buffer
     passed twice."""
-    spans = sorted((*_span(a), i) for i, (_, a) in enumerate(named) if a.size)
-    for (_, hi1, i1), (lo2, _, i2) in zip(spans, spans[1:]):
-        if lo2 < hi1:
+    disjoint_spans(entry, [(name, *_span(a)) for name, a in named])
+
+
+def disjoint_spans(entry: str, spans: list[tuple[str, int, int]]) -> None:
+    """disjoint's check and refusal over (name, first byte, end byte) spans, for a caller that
+    knows its buffers' addresses without numpy views of them (mojolike.torch.optim)."""
+    ordered = sorted((lo, hi, i) for i, (_, lo, hi) in enumerate(spans) if hi > lo)
+    for (_, hi1, i1), (lo2, _, i2) in zip(ordered, ordered[1:]):
+        if lo2 < hi1:  # sorted by start: two spans that overlap leave an adjacent pair that does
             first, second = sorted((i1, i2))  # named in the caller's order
-            refuse(entry, f"{named[first][0]} and {named[second][0]}",
+            refuse(entry, f"{spans[first][0]} and {spans[second][0]}",
                    "share memory; the contract covers only separate buffers (pass copies, or one "
                    "buffer once)")
 

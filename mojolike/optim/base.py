@@ -145,11 +145,10 @@ class _Optimizer:
         return self._step(grads, max_norm, grad_scale, clip, update_gate)
 
     def _step(self, grads, max_norm=None, grad_scale=None, clip="inplace", update_gate=True,
-              sumsqs=None, addresses=None):
+              sumsqs=None):
         """The step; `sumsqs` (each present gradient's sum of squares, from a pass the caller
-        made: mojolike.GradScaler) spares the norm pass and vouches that the gradients are finite;
-        `addresses` (each gradient's data address, from a caller that has them at hand:
-        mojolike.torch.optim) spares the registry reading them (params.Registry.grads)."""
+        made: mojolike.GradScaler) spares the norm pass and vouches that the gradients are finite.
+        grads may be `params.Vouched` where the registry `takes_vouched` (mojolike.torch.optim)."""
         e = self._ENTRY
         registry.check_fp_state(e, self.numeric_mode)
         self._reg.check_unchanged()
@@ -164,8 +163,7 @@ class _Optimizer:
                    value=grad_scale)
         gate = _gate(e, update_gate)
         in_place = m is not None and clip == "inplace"
-        g, gathered, present = self._reg.grads(grads, writable=in_place, frozen=True,
-                                               addresses=addresses)
+        g, gathered, present = self._reg.grads(grads, writable=in_place, frozen=True)
         if self._twins is not None:
             self._twins.check_apart(e, g, gathered, present, self._reg.split)
         hyper = self._groups_checked()

@@ -25,8 +25,9 @@ import weakref
 
 import numpy as np
 
-from ..core.checks import as_f32, disjoint, shape_of
+from ..core.checks import as_f32, disjoint, disjoint_spans, shape_of
 from ..core.pieces import Pieces, address, addresses_of
+from ..core.pieces import table as address_table
 from ..core.refusals import refuse
 
 _F32 = np.dtype(np.float32)
@@ -83,14 +84,12 @@ def end_to_end(views: list[np.ndarray]) -> np.ndarray | None:
 class _Seen:
     """What `Registry._known` needs of gradients that passed every check: weak references to
     the arrays (None for a frozen slot), those that own their memory (their indices, their
-    addresses), the
-    operand's recipe (a flat view: its root, (root address, offset), size; or the pieces'
-    address table), which tensors are present and every array's address (None: frozen)."""
+    addresses), the operand's recipe (a flat view: its root, (root address, offset), size; or
+    the pieces' address table) and which tensors are present."""
 
-    def __init__(self, refs, frozen, owners, flat, table, present, addresses):
+    def __init__(self, refs, frozen, owners, flat, table, present):
         self.refs, self.frozen, self.owners = refs, frozen, owners
         self.flat, self.table, self.present = flat, table, present
-        self.addresses = addresses
 
     @staticmethod
     def of(items, listed: bool, frozen: bool, operand, present):
@@ -105,11 +104,24 @@ class _Seen:
                     operand.size)
         elif isinstance(operand, Pieces):
             table = operand.addresses
-        where = addresses_of(items)
         mine = [i for i, g in enumerate(items) if g is not None and g.base is None]
-        owners = (mine, tuple(where[i] for i in mine))
+        owners = (mine, addresses_of([items[i] for i in mine]))
         return _Seen([None if g is None else weakref.ref(g) for g in items], frozen, owners, flat,
-                     table, tuple(present), where)
+                     table, tuple(present))
+
+
+class Vouched:
+    """Gradients whose checks the caller made itself (float32, C-contiguous, each of its
+    parameter's shape, in host memory, read and not written by the step): each one's data
+    address (None: frozen, no gradient) and the objects that own that memory, held for the
+    step. mojolike.torch.optim reads these fields off the tensors, which costs less than a
+    numpy view of each one every step; the registry takes them on backends whose kernels take
+    an address table (`Registry.takes_vouched`) and checks that they share no byte with each
+    other or with the parameters."""
+
+    def __init__(self, holders: list, addresses: list):
+        self.holders, self.addresses = holders, addresses
+        self.present = [a is not None for a in addresses]
 
 
 class Registry:
@@ -146,6 +158,7 @@ class Registry:
         self._owner_items = [self._items[i] for i in self._owners]
         self._owner_addresses = tuple(self._layout[i][0] for i in self._owners)
         self._seen = None  # the last gradients that passed every check (see `_known`)
+        self._vouched_seen = None  # the last vouched addresses, and their address table
 
     @property
     def n(self) -> int:
@@ -184,7 +197,12 @@ class Registry:
         if self.packed:
             self._copy(self.flat, self.views, into_flat=False)
 
-    def grads(self, grads, *, writable: bool, frozen: bool = False, addresses=None) -> tuple:
+    @property
+    def takes_vouched(self) -> bool:
+        """Whether `grads` takes `Vouched` gradients (the kernels take pieces)."""
+        return self._pieces
+
+    def grads(self, grads, *, writable: bool, frozen: bool = False) -> tuple:
         """(gradients as the kernels take them, caller views to scatter back into when they
         were gathered, else None, which tensors have a gradient): a flat array, or pieces when
         the kernels take them.
@@ -192,10 +210,11 @@ class Registry:
         Count, shapes and order must match the parameters. With `frozen`, a None stands for a
         parameter without a gradient: its slot holds nothing the kernels may read (they are
         given only the runs of tensors that have one). Gathering reuses one buffer.
-        addresses: each gradient's data address (None where frozen), from a caller that
-        reads it more cheaply than numpy (mojolike.torch.optim: the tensors' data_ptr).
+        `Vouched` gradients are taken as pieces where `takes_vouched`, read only.
         """
-        known = self._known(grads, writable, frozen, addresses)
+        if isinstance(grads, Vouched):
+            return self._vouched(grads, writable)
+        known = self._known(grads, writable, frozen)
         if known is not None:
             operand, views, present = known
         else:
@@ -207,31 +226,48 @@ class Registry:
         self._copy(self._grad_flat, views, into_flat=True)
         return self._grad_flat, views, present
 
-    def _known(self, grads, writable: bool, frozen: bool, addresses):
-        """(operand, views, present) of the last gradients that passed `_check_grads`, when
-        `grads` holds numpy arrays at the same addresses, still float32, C-contiguous, of
-        their shapes and writable where asked: each of those checks then holds as it did, so
-        none is repeated and the kernels' address table is reused. Else None.
+    def _vouched(self, v: Vouched, writable: bool) -> tuple:
+        """Vouched gradients as pieces: the address table made (and the spans checked apart)
+        only when the addresses differ from the last ones."""
+        if writable or not self._pieces or len(v.addresses) != len(self.views):
+            raise ValueError("Vouched gradients are read-only pieces, one per parameter, on a "
+                             "backend that takes pieces (Registry.takes_vouched)")
+        key = tuple(v.addresses)
+        if self._vouched_seen is None or self._vouched_seen[0] != key:
+            params = address_table(self.tensors, self.offsets)
+            nbytes = 4 * np.diff(self.offsets)
+            spans = [(f"grads[{i}]", a, a + int(b)) for i, (a, b) in enumerate(zip(key, nbytes))
+                     if a is not None]
+            spans += [(name, int(a), int(a + b)) for name, a, b in zip(self._names, params,
+                                                                       nbytes)]
+            disjoint_spans(self.entry, spans)
+            # a frozen slot points at its parameter, which no run of the step reads as a gradient
+            grads = np.array([p if a is None else a for a, p in zip(key, params)], np.int64)
+            self._vouched_seen = (key, grads)
+        return Pieces(v.holders, self.offsets, addresses=self._vouched_seen[1]), None, \
+            list(v.present)
 
-        Without `addresses` the arrays must be the same objects, held weakly (a step keeps
-        no gradient alive); a numpy view cannot move (resize refuses an array that does not
-        own its memory), so only the arrays that own theirs have their address read again."""
+    def _known(self, grads, writable: bool, frozen: bool):
+        """(operand, views, present) of the last gradients that passed `_check_grads`, when
+        `grads` holds the same numpy arrays (held weakly: a step keeps no gradient alive),
+        still at their addresses, float32, C-contiguous, of their shapes and writable where
+        asked: each of those checks then holds as it did, so none is repeated and the kernels'
+        address table is reused. Else None. A numpy view cannot move (resize refuses an array
+        that does not own its memory), so only the arrays that own theirs have their address
+        read again."""
         seen = self._seen
         if seen is None or not isinstance(grads, (list, tuple)) or len(grads) != len(seen.refs) \
                 or frozen != seen.frozen:
-            return None
-        same = addresses is None
-        if not same and tuple(addresses) != seen.addresses:
             return None
         for o, ref, shape in zip(grads, seen.refs, self.shapes):
             if o is None:
                 if ref is not None:
                     return None
-            elif ref is None or (same and ref() is not o) or type(o) is not np.ndarray or \
+            elif ref is None or ref() is not o or type(o) is not np.ndarray or \
                     o.shape != shape or o.dtype is not _F32 or not o.flags.c_contiguous or \
                     (writable and not o.flags.writeable):
                 return None
-        if same and seen.owners[0] and \
+        if seen.owners[0] and \
                 addresses_of([grads[i] for i in seen.owners[0]]) != seen.owners[1]:
             return None
         # a 1-D array is its own flat view (a reshape a step per tensor costs more than the checks)

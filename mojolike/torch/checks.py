@@ -68,20 +68,23 @@ def grad_view(entry: str, name: str, g, p: torch.Tensor) -> np.ndarray:
     return v
 
 
-def bound_grads(entry: str, params: list, bound: list, addresses: list | None = None) -> list:
+def _rebound(entry: str, i: int) -> None:
+    refuse(entry, f"params[{i}]", "was rebound or resized (p.data = ...) after the optimizer "
+                                  "registered it, which would leave the kernels stepping the old "
+                                  "memory; make a new optimizer (load_state_dict carries the "
+                                  "state over)")
+
+
+def bound_grads(entry: str, params: list, bound: list) -> list:
     """Each parameter's .grad as a view (None where it has none), after checking that each
     parameter still lies where it was registered (bound: (data_ptr, shape) per parameter):
     a parameter rebound (p.data = ...) or resized is refused, never stepped in its old
     memory. The common case (a plain CPU contiguous float32 gradient) is checked on the view
-    numpy() makes; anything else goes through grad_view's checks and refusals.
-    addresses, when given, receives each view's data address (None where there is none)."""
+    numpy() makes; anything else goes through grad_view's checks and refusals."""
     out = []
     for i, (p, (ptr, shape)) in enumerate(zip(params, bound)):
         if p.data_ptr() != ptr or p.shape != shape:
-            refuse(entry, f"params[{i}]", "was rebound or resized (p.data = ...) after the "
-                                          "optimizer registered it, which would leave the kernels "
-                                          "stepping the old memory; make a new optimizer "
-                                          "(load_state_dict carries the state over)")
+            _rebound(entry, i)
         g = p.grad
         view = None
         if type(g) is torch.Tensor:
@@ -98,9 +101,31 @@ def bound_grads(entry: str, params: list, bound: list, addresses: list | None = 
             out.append(view)
         else:
             out.append(grad_view(entry, f"params[{i}].grad", g, p))
-        if addresses is not None:
-            addresses.append(None if g is None else g.data_ptr())
     return out
+
+
+def bound_grad_addresses(entry: str, params: list, bound: list) -> tuple | None:
+    """(each parameter's .grad, each one's data address; None where it has none) after
+    bound_grads' checks of the parameters, when every gradient is the plain case: a
+    torch.Tensor on the CPU, strided, float32, contiguous, without a neg bit, of its
+    parameter's shape. These fields are read off the tensor, which costs less than a numpy
+    view of it each step (mojolike.optim.params.Vouched). None when some gradient is not
+    the plain case: bound_grads then refuses it by name or takes it."""
+    grads, addresses = [], []
+    f32, strided = torch.float32, torch.strided
+    for i, (p, (ptr, shape)) in enumerate(zip(params, bound)):
+        if p.data_ptr() != ptr or p.shape != shape:
+            _rebound(entry, i)
+        g = p.grad
+        if g is None:
+            addresses.append(None)
+        elif type(g) is torch.Tensor and g.dtype is f32 and g.is_cpu and g.layout is strided \
+                and g.is_contiguous() and not g.is_neg() and g.shape == shape:
+            addresses.append(g.data_ptr())
+        else:
+            return None
+        grads.append(g)
+    return grads, addresses
 
 
 def host_float(entry: str, name: str, v) -> None:

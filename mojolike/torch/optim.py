@@ -48,6 +48,7 @@ import torch
 
 from ..core.refusals import Refusal, refuse
 from ..optim import optimizers as _mo
+from ..optim.params import Vouched
 from . import checks
 
 __all__ = ["SGD", "Adam", "AdamW"]
@@ -127,45 +128,56 @@ class _TorchOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        addresses = []
-        grads = self._prepare(e, addresses)
+        grads = self._prepare(e, read_only=True)
         if grads is None:
             return loss  # torch steps nothing when no parameter has a gradient
         try:
-            # the data_ptrs spare the inner registry reading numpy's addresses (params.Registry)
-            self._inner._step(grads, addresses=addresses)
+            self._inner._step(grads)
         except Refusal as r:
             raise r.at(e) from None
         self._finish(grads)
         return loss
 
-    def _prepare(self, e: str, addresses: list | None = None):
+    def _prepare(self, e: str, *, read_only: bool = False):
         """Each parameter's gradient as a view (None: frozen), every parameter checked still
         bound to the memory registered, and the groups' options handed to the inner
-        optimizer; None when no parameter has a gradient. addresses, when given, receives
-        the views' data addresses (checks.bound_grads)."""
+        optimizer; None when no parameter has a gradient. read_only (a step that only reads
+        the gradients, on a backend whose kernels take pieces): the gradients as
+        `params.Vouched`, their fields read off the tensors without a view of each."""
         params = [p for g in self.param_groups for p in g["params"]]
         if len(params) != len(self._params) or any(a is not b for a, b in zip(params,
                                                                                self._params)):
             refuse(e, "param_groups", "changed which tensors it holds; a group's options may "
                                       "change between steps, its params may not")
-        grads = checks.bound_grads(e, params, self._bound, addresses)
-        if all(g is None for g in grads):
-            return None
+        vouched = None
+        if read_only and self._inner._reg.takes_vouched:
+            vouched = checks.bound_grad_addresses(e, params, self._bound)
+        if vouched is not None:
+            grads = Vouched(*vouched)
+            if not any(grads.present):
+                return None
+        else:
+            grads = checks.bound_grads(e, params, self._bound)
+            if all(g is None for g in grads):
+                return None
         for k, (g, ig) in enumerate(zip(self.param_groups, self._inner.param_groups)):
             ig.update(self._options(k, g))
             ig["lr"] = g["lr"]
         return grads
 
     def _finish(self, grads) -> None:
-        """After a step: the state tensors of the parameters stepped, and their autograd
-        version counters bumped (torch's in-place updates bump them too)."""
-        stepped = [i for i, g in enumerate(grads) if g is not None]
+        """After a step with grads (as _prepare gave them): the state tensors of the
+        parameters stepped, and their autograd version counters bumped (torch's in-place
+        updates bump them too)."""
+        present = grads.present if isinstance(grads, Vouched) else [g is not None for g in grads]
         if "step" in self._STATE:  # one numpy write for every parameter's step tensor
             self._step_array[:] = self._inner._steps
+        every = all(present)
+        indices = range(len(present)) if every else [i for i, x in enumerate(present) if x]
         if len(self._views) < len(self._params):  # some parameter has no state tensors yet
-            self._expose(i for i in stepped if i not in self._views)
-        torch.autograd.graph.increment_version([self._params[i] for i in stepped])
+            self._expose(i for i in indices if i not in self._views)
+        stepped = self._params if every else [self._params[i] for i in indices]
+        torch.autograd.graph.increment_version(stepped)
 
     # -- state ------------------------------------------------------------------------------
     def _buffers(self) -> dict:
