@@ -253,6 +253,49 @@ def test_step_calls_the_closure_with_grad_enabled_and_returns_its_loss():
     assert w.detach().tolist() == [0.5, -1.0]  # w - 0.25 * 2w
 
 
+@pytest.mark.parametrize("make", [lambda ps: mo.AdamW(ps, backend="cpu-numba"),
+                                  lambda ps: torch.optim.AdamW(ps)], ids=["mojolike", "torch"])
+def test_step_hooks_run_as_torchs_do_and_a_pre_hook_may_replace_the_arguments(make):
+    from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                       register_optimizer_step_pre_hook)
+    ps = make_params()
+    opt = make(ps)
+    calls = []
+
+    def closure():
+        calls.append("closure")
+        for p, g in zip(ps, make_grads(ps, 0)):
+            p.grad = g
+        return 7.0
+
+    def pre(o, args, kwargs):
+        calls.append(("pre", o is opt, len(args), args[0] is opt))
+        return (args[0], closure), kwargs  # the step then runs with a closure
+
+    handles = [register_optimizer_step_pre_hook(lambda o, a, k: calls.append("global pre")),
+               register_optimizer_step_post_hook(lambda o, a, k: calls.append("global post")),
+               opt.register_step_pre_hook(pre),
+               opt.register_step_post_hook(lambda o, a, k: calls.append(("post", len(a))))]
+    try:
+        loss = opt.step()
+    finally:
+        for h in handles:
+            h.remove()
+    assert loss == 7.0
+    assert calls == ["global pre", ("pre", True, 1, True), "closure", ("post", 2),
+                     "global post"]
+
+
+def test_torchs_profiler_sees_the_step_under_torchs_label():
+    ps = make_params()
+    opt = mo.AdamW(ps, backend="cpu-numba")
+    for p, g in zip(ps, make_grads(ps, 0)):
+        p.grad = g
+    with torch.profiler.profile() as prof:
+        opt.step()
+    assert "Optimizer.step#AdamW.step" in [e.name for e in prof.events()]
+
+
 def test_zero_grad_sets_grads_to_none_or_to_zero():
     ps = make_params()
     opt = mo.Adam(ps)
