@@ -4,8 +4,10 @@ They take what torch's take (`model.parameters()`, or param-group dicts), with t
 constructor signatures and defaults; `step(closure=None)` reads each parameter's `.grad`
 and updates the parameters where they lie: the kernels (mojolike.optim, one fused
 identical-mode pass per run of tensors) write the tensors' own memory through zero-copy
-numpy views, and the state tensors (`exp_avg`, `exp_avg_sq`, `momentum_buffer`) are views
-of the kernels' state buffers. A parameter whose `.grad` is None is frozen (no step, no
+numpy views and read each gradient where it lies (on cpu-numba and cpu-cffi through its data
+pointer, its fields checked on the tensor; elsewhere through a numpy view), and the state
+tensors (`exp_avg`, `exp_avg_sq`, `momentum_buffer`) are views of the kernels' state
+buffers. A parameter whose `.grad` is None is frozen (no step, no
 state), as in torch. `state_dict()` / `load_state_dict()` use torch's layout (a
 per-parameter float32 `step` tensor, the moment tensors, `param_groups`), so `torch.save`
 and `torch.load` work and a state moves into `torch.optim.AdamW` and back. torch's
