@@ -184,17 +184,18 @@ def disjoint(entry: str, named: list[tuple[str, np.ndarray]]) -> None:
     """Refuse when two of the (name, contiguous array) buffers share a byte, naming both: the
     contract defines no result for a parameter that is also a gradient, or for one buffer
     passed twice."""
-    disjoint_spans(entry, [(name, *_span(a)) for name, a in named])
+    disjoint_spans(entry, [_span(a) for _, a in named], lambda i: named[i][0])
 
 
-def disjoint_spans(entry: str, spans: list[tuple[str, int, int]]) -> None:
-    """disjoint's check and refusal over (name, first byte, end byte) spans, for a caller that
-    knows its buffers' addresses without numpy views of them (mojolike.torch.optim)."""
-    ordered = sorted((lo, hi, i) for i, (_, lo, hi) in enumerate(spans) if hi > lo)
+def disjoint_spans(entry: str, spans: list[tuple[int, int]], name) -> None:
+    """disjoint's check and refusal over (first byte, end byte) spans, for a caller that knows
+    its buffers' addresses without numpy views of them (mojolike.torch.optim); name(i) names
+    span i, called only for a refusal."""
+    ordered = sorted((lo, hi, i) for i, (lo, hi) in enumerate(spans) if hi > lo)
     for (_, hi1, i1), (lo2, _, i2) in zip(ordered, ordered[1:]):
         if lo2 < hi1:  # sorted by start: two spans that overlap leave an adjacent pair that does
             first, second = sorted((i1, i2))  # named in the caller's order
-            refuse(entry, f"{spans[first][0]} and {spans[second][0]}",
+            refuse(entry, f"{name(first)} and {name(second)}",
                    "share memory; the contract covers only separate buffers (pass copies, or one "
                    "buffer once)")
 

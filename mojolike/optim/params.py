@@ -159,6 +159,7 @@ class Registry:
         self._owner_addresses = tuple(self._layout[i][0] for i in self._owners)
         self._seen = None  # the last gradients that passed every check (see `_known`)
         self._vouched_seen = None  # the last vouched addresses, and their address table
+        self._param_spans = None  # each parameter's (first byte, end byte), made once
 
     @property
     def n(self) -> int:
@@ -234,15 +235,16 @@ class Registry:
                              "backend that takes pieces (Registry.takes_vouched)")
         key = tuple(v.addresses)
         if self._vouched_seen is None or self._vouched_seen[0] != key:
-            params = address_table(self.tensors, self.offsets)
-            nbytes = 4 * np.diff(self.offsets)
-            spans = [(f"grads[{i}]", a, a + int(b)) for i, (a, b) in enumerate(zip(key, nbytes))
-                     if a is not None]
-            spans += [(name, int(a), int(a + b)) for name, a, b in zip(self._names, params,
-                                                                       nbytes)]
-            disjoint_spans(self.entry, spans)
+            if self._param_spans is None:  # the parameters cannot move (check_unchanged)
+                starts = address_table(self.tensors, self.offsets).tolist()
+                self._param_spans = [(a, a + 4 * n) for a, n in zip(starts, self.sizes)]
+            params = self._param_spans
+            count = len(key)
+            spans = [(0, 0) if a is None else (a, a + 4 * n) for a, n in zip(key, self.sizes)]
+            disjoint_spans(self.entry, spans + params,
+                           lambda i: f"grads[{i}]" if i < count else self._names[i - count])
             # a frozen slot points at its parameter, which no run of the step reads as a gradient
-            grads = np.array([p if a is None else a for a, p in zip(key, params)], np.int64)
+            grads = np.array([p[0] if a is None else a for a, p in zip(key, params)], np.int64)
             self._vouched_seen = (key, grads)
         return Pieces(v.holders, self.offsets, addresses=self._vouched_seen[1]), None, \
             list(v.present)
