@@ -30,6 +30,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..oracles import f32
+from .pieces import addresses_of
 from .refusals import Refusal, refuse  # noqa: F401 (the examples catch Refusal)
 
 F32 = np.dtype("<f4")
@@ -175,16 +176,18 @@ def shape_of(obj) -> tuple[int, ...]:
     return obj.shape if isinstance(obj, np.ndarray) else np.asarray(memoryview(obj)).shape
 
 
-def _span(a: np.ndarray) -> tuple[int, int]:
-    lo = a.__array_interface__["data"][0]
-    return lo, lo + a.nbytes
-
-
 def disjoint(entry: str, named: list[tuple[str, np.ndarray]]) -> None:
     """Refuse when two of the (name, contiguous array) buffers share a byte, naming both: the
     contract defines no result for a parameter that is also a gradient, or for one buffer
     passed twice."""
-    disjoint_spans(entry, [_span(a) for _, a in named], lambda i: named[i][0])
+    disjoint_arrays(entry, [a for _, a in named], lambda i: named[i][0])
+
+
+def disjoint_arrays(entry: str, arrays: list[np.ndarray], name) -> None:
+    """disjoint's check over contiguous arrays, name(i) naming arrays[i] (called only for a
+    refusal: an optimizer step checks hundreds)."""
+    starts = addresses_of(arrays)
+    disjoint_spans(entry, [(lo, lo + a.nbytes) for lo, a in zip(starts, arrays)], name)
 
 
 def disjoint_spans(entry: str, spans: list[tuple[int, int]], name) -> None:

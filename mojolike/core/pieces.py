@@ -52,8 +52,7 @@ class Pieces:
     @property
     def addresses(self) -> np.ndarray:
         if self._addresses is None:
-            self._addresses = np.fromiter((address(a) for a in self.arrays), np.int64,
-                                          len(self.arrays))
+            self._addresses = np.array(addresses_of(self.arrays), np.int64)
         return self._addresses
 
     def part(self, i: int, j: int) -> "Pieces":

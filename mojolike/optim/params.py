@@ -25,7 +25,7 @@ import weakref
 
 import numpy as np
 
-from ..core.checks import as_f32, disjoint, disjoint_spans, shape_of
+from ..core.checks import as_f32, disjoint, disjoint_arrays, disjoint_spans, shape_of
 from ..core.pieces import Pieces, address, addresses_of
 from ..core.pieces import table as address_table
 from ..core.refusals import refuse
@@ -308,8 +308,10 @@ class Registry:
             if g is not None and shape_of(g) != shape:
                 refuse(self.entry, name(i), f"has shape {shape_of(g)} but its parameter has "
                                             f"shape {shape}")
-        disjoint(self.entry, [(name(i), v) for i, v in enumerate(views) if v is not None]
-                 + list(zip(self._names, self.views)))
+        given = [i for i, v in enumerate(views) if v is not None]
+        k = len(given)
+        disjoint_arrays(self.entry, [views[i] for i in given] + self.views,
+                        lambda j: name(given[j]) if j < k else self._names[j - k])
         operand = None
         if all(present):
             flat = views[0] if len(views) == 1 else end_to_end(views)
