@@ -8,7 +8,6 @@ permissions.
 from __future__ import annotations
 
 import io
-import json
 import os
 import struct
 import subprocess

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from mojolike import Refusal
-from mojolike.training import trainer as train_mod
 from mojolike.training.trainer import TrainConfig, Trainer
 
 SMALL = dict(steps=5, d_model=8, d_hidden=16, vocab=32, batch_size=2, seq_len=8, microbatches=2,
