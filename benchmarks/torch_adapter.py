@@ -10,6 +10,11 @@ round, so a burst of load hits every row):
   plain        mojolike.Adam.step(grads): numeric_mode="identical" checks inf/NaN first
   clipped      mojolike.Adam.step(grads, max_norm=1e9): the norm pass proves them finite
   torch-fused  torch.optim.Adam(fused=True).step() over torch copies of the same values
+  adapter, moved   the adapter's step after the .grad tensors were swapped for a second set
+                   (as a loop with zero_grad(set_to_none=True) gets new ones each step), so
+                   every step checks and tables gradients at new addresses
+  mojolike, moved  mojolike.AdamW.step with the two sets' numpy views in turn
+  swap .grad       the 200 .grad assignments alone (subtracted from "adapter, moved")
 Targets (issue 24): adapter / mojolike <= 1.1; plain / clipped <= 1; plain / torch-fused
 <= 1.15. The load average and the CPU time other processes took are printed beside the
 ratios: on a shared, loaded machine the figures are noisy and only the ratios of one run
@@ -59,9 +64,29 @@ def main() -> None:
     for c, q in zip(copies, params):
         c.grad = q.grad.clone()
     fused = torch.optim.Adam(copies, lr=lr, fused=True)
-    rows = {"adapter": adapter.step, "mojolike": lambda: direct.step(grads),
+    sets = [[q.grad for q in params], [torch.randn(q.shape, generator=g) * 1e-3 for q in params]]
+    views_of = [[t.numpy() for t in s] for s in sets]
+    turn = [0, 0]
+
+    def swap():
+        turn[0] ^= 1
+        for q, t in zip(params, sets[turn[0]]):
+            q.grad = t
+
+    def adapter_moved():
+        swap()
+        adapter.step()
+
+    def direct_moved():
+        turn[1] ^= 1
+        direct.step(views_of[turn[1]])
+
+    # the adapter row steps whichever set the moved row left (the same sizes, drawn alike)
+    rows = {"adapter": adapter.step,
+            "mojolike": lambda: direct.step(grads),
             "plain": lambda: adam.step(grads), "clipped": lambda: adam.step(grads, max_norm=1e9),
-            "torch-fused": fused.step}
+            "torch-fused": fused.step, "adapter, moved": adapter_moved,
+            "mojolike, moved": direct_moved, "swap .grad": swap}
     load0 = os.getloadavg()
     with OtherLoad() as other:
         best = best_of_each(rows, a.repeat, a.rounds)
@@ -77,6 +102,9 @@ def main() -> None:
               ("plain / torch-fused", best["plain"] / best["torch-fused"], 1.15)]
     for name, r, target in ratios:
         print(f"  {name:22s} {r:6.3f}  (target <= {target}: {'met' if r <= target else 'MISSED'})")
+    r = (best["adapter, moved"] - best["swap .grad"]) / best["mojolike, moved"]
+    print(f"  {'the same, moved':22s} {r:6.3f}  (no target: gradients at new addresses each "
+          f"step; the adapter's time less the .grad assignments)")
     print(f"load average before {load0[0]:.2f}, after {load1[0]:.2f}; other processes took "
           f"{other.cores:.2f} cores during the run: the figures are noisy on a shared machine")
 
