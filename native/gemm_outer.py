@@ -16,6 +16,10 @@ accumulators meet the stack of at most 5 waiting tiles at its end (in L1). On Ze
 taken from lines already in L1 (wrong results, timing only), a 2048^3 product took 112 ms
 against 122, and with vector loads in place of the broadcasts 95 ms, torch's F.linear 93
 (a's lines, 128 bytes apart from step to step, come from L2 once the strip has passed).
+A 3 x 128 tile (3 broadcasts and 8 loads of b a step) was no better overall: paired
+medians of 16 runs, 4% faster at 2048^3 and 1-6% slower at (2048, 3072, 768); 2 x 192 (12
+loads a step) 11% slower at 2048^3, and a lane-major packed copy of a slower still (the
+pass that packs it costs more than a's strided lines).
 
 The strip of b a tile reads (96 of its rows, one chunk) is packed first, lane by lane
 and step by step (bp[(T l + t) * 96 + c] = b[j0 + c, base + 32 t + l], T the steps of a
