@@ -192,8 +192,8 @@ def disjoint_arrays(entry: str, arrays: list[np.ndarray], name) -> None:
 
 def disjoint_spans(entry: str, spans: list[tuple[int, int]], name) -> None:
     """disjoint's check and refusal over (first byte, end byte) spans, for a caller that knows
-    its buffers' addresses without numpy views of them (mojolike.torch.optim); name(i) names
-    span i, called only for a refusal."""
+    its buffers' addresses without numpy views of them (the optimizer registry's vouched
+    gradients, from mojolike.torch.optim); name(i) names span i, called only for a refusal."""
     ordered = sorted((lo, hi, i) for i, (lo, hi) in enumerate(spans) if hi > lo)
     for (_, hi1, i1), (lo2, _, i2) in zip(ordered, ordered[1:]):
         if lo2 < hi1:  # sorted by start: two spans that overlap leave an adjacent pair that does

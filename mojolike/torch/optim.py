@@ -60,10 +60,6 @@ __all__ = ["SGD", "Adam", "AdamW"]
 
 
 
-def _profiling() -> bool:
-    return torch._C._autograd._profiler_enabled()
-
-
 def _torch_hooks(body):
     """body wrapped as torch.optim.Optimizer wraps a subclass's step: the global and then
     the optimizer's pre-hooks (a hook may return new (args, kwargs)), the step, the
@@ -76,7 +72,7 @@ def _torch_hooks(body):
     @functools.wraps(body)
     def step(*args, **kwargs):
         self = args[0]
-        if _profiling():
+        if torch._C._autograd._profiler_enabled():
             with torch.autograd.profiler.record_function(
                     f"Optimizer.step#{type(self).__name__}.step"):
                 return _run_hooked(self, body, args, kwargs)
