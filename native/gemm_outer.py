@@ -11,12 +11,13 @@ butterfly adds it. So a tile of cells runs its lanes one after another, each a p
 32-step outer-product loop: a tile of 4 rows of a by 96 columns of b holds 24 vector
 accumulators, each step 6 loads of b, 4 broadcasts of a and 24 lane steps (6 x 64 tiles,
 with 6 broadcasts a step, measured 14% slower on AMD Zen 4), and a lane's 24
-accumulators meet the stack of at most 5 waiting tiles at its end (in L1). On Zen 4 the
-4 broadcasts a step are what keeps this loop from torch's rate: timed with the values
-taken from lines already in L1 (wrong results, timing only), a 2048^3 product took 112 ms
-against 122, and with vector loads in place of the broadcasts 95 ms, torch's F.linear 93
-(a's lines, 128 bytes apart from step to step, come from L2 once the strip has passed).
-A 3 x 128 tile (3 broadcasts and 8 loads of b a step) was no better overall: paired
+accumulators meet the stack of at most 5 waiting tiles at its end (in L1). a's lines, 128
+bytes apart from step to step, come from L3 for a tile's first lanes, so each lane
+prefetches an eighth of a row of the next tile's (8 lines): at 2048^3 on AMD Zen 4 the
+fused kernel took 103 ms against 111 without (paired medians of 9 runs; torch's F.linear
+94). The broadcasts themselves cost little there: the FMA with its broadcast folded in
+(`{1to16}`, inline assembly in a timing-only test) ran at the rate of the separate
+broadcast, both about 105 GFLOP/s a core with every operand in L1 or L2. A 3 x 128 tile (3 broadcasts and 8 loads of b a step) was no better overall: paired
 medians of 16 runs, 4% faster at 2048^3 and 1-6% slower at (2048, 3072, 768); 2 x 192 (12
 loads a step) 11% slower at 2048^3, and a lane-major packed copy of a slower still (the
 pass that packs it costs more than a's strided lines).
@@ -26,7 +27,10 @@ and step by step (bp[(T l + t) * 96 + c] = b[j0 + c, base + 32 t + l], T the ste
 lane in a chunk of K), so the loop reads
 it in order; a is read as stored. The work is claimed in units of a strip by a block of
 rows: the strip is packed once per unit and chunk, and a unit's chunk partials wait in
-`part` for the pairwise tree over chunks. The last tile of a block overlaps the one
+`part` for the pairwise tree over chunks. Packing costs about 5% of a 2048^3 product
+with 1024-row blocks, so the rows are cut into as few blocks as give each thread a few
+units (`row_blocks`; the caller's thread count, one block at 2048^3 on 2 threads: 4%
+faster than two). The last tile of a block overlaps the one
 before it (its rows are computed again by the same operations), and the last strip of b
 starts at n - 96 and stores only the columns no other strip stores.
 
@@ -39,7 +43,7 @@ kernel runs: AVX-512 targets (32 vector registers hold the tile), m >= 4, n >= 9
 caller runs layers' `gemm_nt` elsewhere.
 
 Reproducibility: every cell is `mojolike.dot(a[i], b[j])` on the library's one tree, the
-oracle's bits, for every thread count, block and strip (tests/test_gemm_outer.py).
+oracle's bits, for every thread count, row blocks and strip (tests/test_gemm_outer.py).
 
 >>> import numpy as np
 >>> a = np.ones((4, 40), np.float32); b = np.full((96, 40), 0.5, np.float32)
@@ -57,18 +61,30 @@ from ..oracles.fold import CHUNK, LANES
 from .fold import NEG_ZERO
 from .layers import _STRICT, F1, IN1, _claim, _pairwise_strided, _pairwise_vectors
 from .retarget import renamed, retarget
-from .simd import vadd, vfma, vload, vmul, vsplat, vstore
+from .simd import vadd, vfma, vload, vmul, vprefetch, vsplat, vstore
 from .target import has_fma, has_zmm
-from .threads import Twin
+from .threads import PARALLEL_MIN, Twin, num_threads
 
 ROWS = 4  # rows of a per tile: 4 x 6 accumulators, 6 vectors of b and a broadcast fit 32 registers
 STRIP = 96  # columns of the output (rows of b) per tile: 6 vectors
-ROW_BLOCK = 1024  # rows per unit of work: a strip packed once per chunk serves this many rows
+ROW_BLOCK = 2048  # rows per unit of work at most: a strip packed once per chunk serves them
+MIN_BLOCK = 256  # rows per unit at least, however many threads
+UNITS_PER_THREAD = 4  # units a thread should find, so that none waits long for the last
+SIG = void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1, int64)
 FAST = has_zmm()
 HAS_FMA = has_fma()  # where the fused variant may run (its callers check it)
 # the lanes in the order the butterfly's tree meets them depth first: q -> bit-reversed q
 ORDER = np.array([int(f"{q:05b}"[::-1], 2) for q in range(LANES)], np.int64)
 TILE = ROWS * STRIP  # floats of one tile in the stack
+
+
+def row_blocks(m: int, n: int, threads: int) -> int:
+    """How many blocks the m rows are cut into: as few as give `threads` threads
+    UNITS_PER_THREAD units each (a unit packs its strip of b once per chunk, so fewer blocks
+    pack less), blocks of at most ROW_BLOCK and at least MIN_BLOCK rows (or m)."""
+    nstrips = (n + STRIP - 1) // STRIP
+    want = (UNITS_PER_THREAD * threads + nstrips - 1) // nstrips
+    return max((m + ROW_BLOCK - 1) // ROW_BLOCK, min(want, (m + MIN_BLOCK - 1) // MIN_BLOCK))
 
 
 def usable(m: int, n: int, kk: int) -> bool:
@@ -123,6 +139,9 @@ def _tile(a, kk, ra, bp, tmax, steps, rem, stack, order, dst, o):
         count = steps + 1 if lane < rem else steps
         c0 = c1 = c2 = c3 = z6
         ka = ra + lane
+        pf = ra + 4 * kk + (q >> 3) * kk + (q & 7) * 128  # the next tile's a (may lie past it)
+        for f in range(8):
+            vprefetch(a, pf + 16 * f)
         kb = lane * tmax * STRIP
         for t in range(count):
             k = ka + LANES * t
@@ -213,14 +232,14 @@ def _unit(a, b, m, n, kk, i_lo, i_hi, j0, c_lo, bias, has_bias, chunk_partials, 
                     out[i * n + j + c - c0] = v + bias[j + c - c0] if has_bias else v
 
 
-@njit(void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1), parallel=True, **_STRICT)
-def _gemm_outer(a, b, m, n, kk, bias, has_bias, chunk_partials, out):
-    """out (M, N) = the cells (layers' `_gemm_nt` arguments; m >= 4, n >= 96). Threads claim
-    units of a strip by a block of rows until none is left."""
+@njit(SIG, parallel=True, **_STRICT)
+def _gemm_outer(a, b, m, n, kk, bias, has_bias, chunk_partials, out, nblocks):
+    """out (M, N) = the cells (layers' `_gemm_nt` arguments; m >= 4, n >= 96), the rows in
+    `nblocks` blocks (`row_blocks`). Threads claim units of a strip by a block of rows until
+    none is left."""
     nchunks = (kk + CHUNK - 1) // CHUNK
-    nblocks = (m + ROW_BLOCK - 1) // ROW_BLOCK
-    mb = (m + nblocks - 1) // nblocks  # >= ROWS when m >= ROWS
     nstrips = (n + STRIP - 1) // STRIP
+    mb = (m + nblocks - 1) // nblocks  # >= ROWS when m >= ROWS (row_blocks)
     units = nstrips * nblocks
     tmax = (min(kk, CHUNK) + LANES - 1) // LANES  # a lane's packed steps: a short K packs less
     claimed = np.zeros(1, np.int64)
@@ -246,19 +265,29 @@ def _gemm_outer(a, b, m, n, kk, bias, has_bias, chunk_partials, out):
 # the same source with the fused lane step (native/retarget.py): the order cannot drift
 _tile_fma = retarget(_tile, njit(inline="always", **_STRICT), _step=_step_fma)
 _unit_fma = njit(**_STRICT)(renamed(retarget(_unit, _tile=_tile_fma), "_unit_fma"))
-_gemm_outer_fma = njit(void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1),
-                       parallel=True, **_STRICT)(
+_gemm_outer_fma = njit(SIG, parallel=True, **_STRICT)(
     renamed(retarget(_gemm_outer, _unit=_unit_fma), "_gemm_outer_fma"))
 
 # b stored (K, N) (native/gemm_nn.py's operands): the same tiles from another packing
 _unit_nn = njit(**_STRICT)(renamed(retarget(_unit, _pack=_pack_nn), "_unit_nn"))
-_gemm_outer_nn = njit(void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1),
-                      parallel=True, **_STRICT)(
+_gemm_outer_nn = njit(SIG, parallel=True, **_STRICT)(
     renamed(retarget(_gemm_outer, _unit=_unit_nn), "_gemm_outer_nn"))
 
-# called with their work first, as layers' gemm_nt_kernel (the multiply-adds over 32)
-gemm_outer, gemm_outer_fma = Twin(_gemm_outer), Twin(_gemm_outer_fma)
-gemm_outer_nn = Twin(_gemm_outer_nn)
+
+
+class OuterTwin(Twin):
+    """The kernel's `Twin`, called as layers' gemm_nt_kernel (work first: the multiply-adds
+    over 32, then layers' `_gemm_nt` arguments); it adds the row blocks (`row_blocks`) for
+    the threads that will run the call, one on the calling thread."""
+
+    def __call__(self, work, a, b, m, n, kk, bias, has_bias, chunk_partials, out):
+        threads = 1 if work < PARALLEL_MIN else num_threads()
+        return super().__call__(work, a, b, m, n, kk, bias, has_bias, chunk_partials, out,
+                                row_blocks(m, n, threads))
+
+
+gemm_outer, gemm_outer_fma = OuterTwin(_gemm_outer), OuterTwin(_gemm_outer_fma)
+gemm_outer_nn = OuterTwin(_gemm_outer_nn)
 
 HOT_KERNELS = {"gemm_outer._gemm_outer": (_gemm_outer, ("mulps", "addps")),
                "gemm_outer._gemm_outer_nn": (_gemm_outer_nn, ("mulps", "addps"))}

@@ -37,7 +37,7 @@ True
 from __future__ import annotations
 
 import numpy as np
-from numba import boolean, int64, njit, types, uint32, void
+from numba import boolean, int64, njit, prange, types, uint32, void
 
 from . import layers
 from .layers import F1, IN1
@@ -56,11 +56,12 @@ SPECIAL = np.uint32(0x7F800000)  # the exponent field of infinities and NaNs
 ABS = np.uint32(0x7FFFFFFF)
 
 
-@njit(void(IN_BITS, int64[::1]), **_STRICT)
-def _exponent_range(bits, out):
-    """out = (lo, hi, special): lo <= the exponent of every nonzero value (a subnormal counts
-    -149), hi >= it, special = 1 when a pattern is an infinity or a NaN. Branch-free integer
-    min/max, so LLVM packs the loop."""
+RANGE_BLOCK = 1 << 16  # patterns per parallel task of `_exponent_range`
+
+
+@njit(**_STRICT)
+def _block_range(bits):
+    """(lo, hi, special) of one block: branch-free integer min/max, so LLVM packs the loop."""
     lo = NO_EXPONENT
     hi = -NO_EXPONENT
     special = 0
@@ -72,15 +73,35 @@ def _exponent_range(bits, out):
         lo = min(lo, low if u != 0 else NO_EXPONENT)
         hi = max(hi, top if u != 0 else -NO_EXPONENT)
         special = max(special, 1 if u >= SPECIAL else 0)
-    out[0] = lo
-    out[1] = hi
-    out[2] = special
+    return lo, hi, special
+
+
+@njit(void(IN_BITS, int64[::1]), parallel=True, **_STRICT)
+def _exponent_range(bits, out):
+    """out = (lo, hi, special): lo <= the exponent of every nonzero value (a subnormal counts
+    -149), hi >= it, special = 1 when a pattern is an infinity or a NaN; blocks in parallel,
+    then min / max over them (integers: any order)."""
+    nblocks = (bits.size + RANGE_BLOCK - 1) // RANGE_BLOCK
+    part = np.empty((nblocks, 3), np.int64)
+    for c in prange(nblocks):
+        part[c, 0], part[c, 1], part[c, 2] = _block_range(
+            bits[c * RANGE_BLOCK:min(bits.size, c * RANGE_BLOCK + RANGE_BLOCK)])
+    out[0] = NO_EXPONENT
+    out[1] = -NO_EXPONENT
+    out[2] = 0
+    for c in range(nblocks):
+        out[0] = min(out[0], part[c, 0])
+        out[1] = max(out[1], part[c, 1])
+        out[2] = max(out[2], part[c, 2])
+
+
+exponent_range_kernel = Twin(_exponent_range)
 
 
 def exponent_range(bits: np.ndarray) -> tuple[int, int, bool]:
     """(lo, hi, special) of flat float32 patterns (uint32): see `_exponent_range`."""
     out = np.empty(3, np.int64)
-    _exponent_range(bits, out)
+    exponent_range_kernel(bits.size, bits, out)  # on the calling thread below the threshold
     return int(out[0]), int(out[1]), bool(out[2])
 
 

@@ -73,6 +73,28 @@ def test_chunks_short_steps_row_blocks_and_the_last_strip_equal_the_tile_kernel(
                  _tiles(a, b, chunk_partials=True))
 
 
+@pytest.mark.parametrize("kernel", ["_gemm_outer", "_gemm_outer_fma"])
+def test_the_cells_do_not_depend_on_how_many_row_blocks_the_rows_are_cut_into(kernel):
+    if kernel == "_gemm_outer_fma" and not mixed_gemm.HAS_FMA:
+        pytest.skip("this CPU has no FMA")
+    m, n, k = 37, 150, 1100
+    a, b = _data((m, k), 18, bf16=True), _data((n, k), 19, bf16=True)
+    want = _tiles(a, b)
+    for nblocks in (1, 2, 3, 9):
+        out = np.full(m * n, np.nan, np.float32)
+        getattr(gemm_outer, kernel)(a.reshape(-1), b.reshape(-1), m, n, k, NO_BIAS, False, False,
+                                    out, nblocks)
+        assert _same(out, want), nblocks
+
+
+def test_row_blocks_give_each_thread_a_few_units_within_the_block_bounds():
+    assert gemm_outer.row_blocks(2048, 2048, 2) == 1  # 22 strips: 11 units a thread
+    assert gemm_outer.row_blocks(2048, 768, 16) == 8  # 8 strips: 64 units, blocks of 256 rows
+    assert gemm_outer.row_blocks(8192, 96, 1) == 4  # at most ROW_BLOCK rows a block
+    assert gemm_outer.row_blocks(300, 96, 64) == 2  # at least MIN_BLOCK rows (or m) a block
+    assert gemm_outer.row_blocks(4, 96, 64) == 1
+
+
 def test_signed_zeros_infinities_and_nans_take_the_fold_s_bits():
     a, b = _data((6, 70), 7), _data((101, 70), 8)
     a[0, :] = -0.0
