@@ -90,12 +90,18 @@ def verf_try(w):
     return r, ok, vand(series, vnot(ok))
 
 
+@njit(**_STRICT)
+def _compress(at, m, i, series):
+    return m + compress_store(at, m, viota(i), series)
+
+
 @_jit
 def note_series(at, m, i, series):
-    """Appends the positions i + lane of the series lanes to at[m:]; returns the new count (a
-    compress to memory is microcoded on some CPUs (Zen 4), so only when there is one)."""
+    """Appends the positions i + lane of the series lanes to at[m:]; returns the new count.
+    The compress runs out of line, only when some lane is on the series: it is microcoded
+    on some CPUs (Zen 4)."""
     if vany(series):
-        m += compress_store(at, m, viota(i), series)
+        return _compress(at, m, i, series)
     return m
 
 
@@ -203,19 +209,31 @@ def vgelu_tanh_grad(d, v):
 
 
 @_jit
-def vput(r, ok, out, ob, i):
-    """out[i : i + WIDTH] = r; UNDECIDED where a lane is not decided, the canonical NaN where
-    its result is NaN (as erf_tanh.put). Returns the number of undecided lanes."""
-    vstore(out, i, r)
-    bad = mask_bits(vor(vnot(ok), vne(r, r)))
-    if bad == 0:
-        return 0
-    decided = mask_bits(ok)
+def vbad(r, ok):
+    """The lanes `put_lanes` must write again: undecided, or a NaN result (bits)."""
+    return mask_bits(vor(vnot(ok), vne(r, r)))
+
+
+@njit(**_STRICT)
+def put_lanes(out, ob, i, bad, decided):
+    """UNDECIDED in the slots of the undecided lanes among `bad`, the canonical NaN where a
+    lane's result is NaN (as erf_tanh.put). Returns the number of undecided lanes."""
     undecided = 0
     for j in range(WIDTH):
         if (bad >> j) & 1:
             undecided += put_lane(out[i + j], (decided >> j) & 1, ob, i + j)
     return undecided
+
+
+@_jit
+def vput(r, ok, out, ob, i):
+    """out[i : i + WIDTH] = r, then `put_lanes` (out of line: the common vector needs none)
+    where a lane is undecided or NaN. Returns the number of undecided lanes."""
+    vstore(out, i, r)
+    bad = vbad(r, ok)
+    if bad != 0:
+        return put_lanes(out, ob, i, bad, mask_bits(ok))
+    return 0
 
 
 
@@ -234,8 +252,8 @@ def _gelu_erf(x, out, ob):
         for i in range(lo, stop, WIDTH):
             v = vload(x, i)
             t, ok, series = verf_try(vmul(v, vsplat(ALPHA)))
-            # a series lane's slot is written again below, so it counts once, there
-            undecided += vput(vgelu_erf(v, t), vor(ok, series), out, ob, i)
+            r, ok = vgelu_erf(v, t), vor(ok, series)  # a series lane: written again below
+            undecided += vput(r, ok, out, ob, i)
             m = note_series(at, m, i, series)
         for g in range(0, m, WIDTH):  # rare: erf_any's series on the gathered lanes
             v = vgathered(x, at, g, m, lanes)
@@ -281,7 +299,8 @@ def _gelu_erf_grad(dy, x, out, ob):
             v = vload(x, i)
             t, ok, series = verf_try(vmul(v, vsplat(ALPHA)))
             r, ok = vgelu_erf_grad(vload(dy, i), v, t, vor(ok, series))
-            undecided += vput(r, vor(ok, series), out, ob, i)  # series slots: written below
+            ok = vor(ok, series)  # series slots: written again below
+            undecided += vput(r, ok, out, ob, i)
             m = note_series(at, m, i, series)
         for g in range(0, m, WIDTH):  # rare: erf_any's series on the gathered lanes
             v = vgathered(x, at, g, m, lanes)
