@@ -24,10 +24,11 @@
   and the peak of the step (target: the bfloat16 step's peak at most 0.6x the float32
   step's).
 
-Best-of-`repeat` times after a warm call (`--fma`: medians), glibc keeping freed memory for
-both sides (timing.keep_freed_memory: on a VM, fresh pages for the widened float32 scratches
-cost more than the GEMM); quote ratios from one run, with the CPU model,
-thread counts and load average it prints (the machine may be shared). Not a test.
+Casts: best-of-`repeat` times after a warm call; linear rows and `--fma`: medians of rounds in
+which every variant runs once in turn (the linear rows: `--repeat` rounds). glibc keeps freed
+memory for both sides (timing.keep_freed_memory: on a VM, fresh pages for the widened float32
+scratches cost more than the GEMM); quote ratios from one run, with the CPU model, thread
+counts and load average it prints (the machine may be shared). Not a test.
 """
 from __future__ import annotations
 
@@ -47,13 +48,14 @@ from timing import best_of, keep_freed_memory, peak_alloc
 import mojolike
 
 BF16 = ml_dtypes.bfloat16
+LOW_TYPES = (("bfloat16", BF16, torch.bfloat16), ("float16", np.float16, torch.float16))
 
 
 def cast_rows(backend: str, n: int, repeat: int) -> list[tuple[str, float, float, str]]:
     x = (np.random.default_rng(0).standard_normal(n) * 100).astype(np.float32)
     tx = torch.from_numpy(x)
     rows = []
-    for name, dtype, tdtype in (("bfloat16", BF16, torch.bfloat16), ("float16", np.float16, torch.float16)):
+    for name, dtype, tdtype in LOW_TYPES:
         out = np.empty(n, dtype)
         low = x.astype(dtype)
         tlow = tx.to(tdtype)
@@ -70,20 +72,24 @@ def cast_rows(backend: str, n: int, repeat: int) -> list[tuple[str, float, float
 
 
 def linear_rows(backend: str, size: int, repeat: int) -> list[tuple[str, float, float, str]]:
+    """The size^3 linear rows: every variant called once in turn per round (`_medians`), so a
+    burst of load falls on all of them; the median of `repeat` rounds."""
     rng = np.random.default_rng(1)
     x = rng.standard_normal((size, size)).astype(np.float32)
     w = rng.standard_normal((size, size)).astype(np.float32)
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+    variants = {"torch float32": lambda: F.linear(tx, tw),
+                "float32": lambda: mojolike.linear(x, w, backend=backend)}
+    for name, dtype, tdtype in LOW_TYPES:
+        xl, wl, txl, twl = x.astype(dtype), w.astype(dtype), tx.to(tdtype), tw.to(tdtype)
+        variants[name] = lambda a=xl, b=wl: mojolike.linear(a, b, backend=backend)
+        variants[f"torch {name}"] = lambda a=txl, b=twl: F.linear(a, b)
     with torch.no_grad():
-        torch32 = best_of(lambda: F.linear(tx, tw), repeat)
-    ours32 = best_of(lambda: mojolike.linear(x, w, backend=backend), repeat)
-    rows = [("linear float32", ours32, torch32, "")]
-    for name, dtype, tdtype in (("bfloat16", BF16, torch.bfloat16), ("float16", np.float16, torch.float16)):
-        xl, wl = x.astype(dtype), w.astype(dtype)
-        txl, twl = tx.to(tdtype), tw.to(tdtype)
-        with torch.no_grad():
-            tlow = best_of(lambda a=txl, b=twl: F.linear(a, b), repeat)
-        ours = best_of(lambda a=xl, b=wl: mojolike.linear(a, b, backend=backend), repeat)
+        t = _medians(variants, repeat)
+    torch32 = t["torch float32"]
+    rows = [("linear float32", t["float32"], torch32, "")]
+    for name, _, _ in LOW_TYPES:
+        ours, tlow = t[name], t[f"torch {name}"]
         note = f"torch {name} F.linear {tlow * 1e3:.1f} ms ({ours / tlow:.2f}x)"
         rows.append((f"linear {name}", ours, torch32, note))
     return rows
