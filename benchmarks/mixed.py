@@ -25,7 +25,7 @@
   step's).
 
 Casts: best-of-`repeat` times after a warm call; linear rows and `--fma`: medians of rounds in
-which every variant runs once in turn (the linear rows: `--repeat` rounds). glibc keeps freed
+which every variant runs once in turn (the linear rows: `--repeat` rounds, after 3 untimed ones). glibc keeps freed
 memory for both sides (timing.keep_freed_memory: on a VM, fresh pages for the widened float32
 scratches cost more than the GEMM); quote ratios from one run, with the CPU model, thread
 counts and load average it prints (the machine may be shared). Not a test.
@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 import tracemalloc
 
 import ml_dtypes
@@ -43,7 +41,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from fold import cpu_model
-from timing import best_of, keep_freed_memory, peak_alloc
+from timing import best_of, keep_freed_memory, medians_in_turn, peak_alloc
 
 import mojolike
 
@@ -72,8 +70,7 @@ def cast_rows(backend: str, n: int, repeat: int) -> list[tuple[str, float, float
 
 
 def linear_rows(backend: str, size: int, repeat: int) -> list[tuple[str, float, float, str]]:
-    """The size^3 linear rows: every variant called once in turn per round (`_medians`), so a
-    burst of load falls on all of them; the median of `repeat` rounds."""
+    """The size^3 linear rows: medians of `repeat` rounds, every variant once in turn a round."""
     rng = np.random.default_rng(1)
     x = rng.standard_normal((size, size)).astype(np.float32)
     w = rng.standard_normal((size, size)).astype(np.float32)
@@ -85,7 +82,7 @@ def linear_rows(backend: str, size: int, repeat: int) -> list[tuple[str, float, 
         variants[name] = lambda a=xl, b=wl: mojolike.linear(a, b, backend=backend)
         variants[f"torch {name}"] = lambda a=txl, b=twl: F.linear(a, b)
     with torch.no_grad():
-        t = _medians(variants, repeat)
+        t = medians_in_turn(variants, repeat)
     torch32 = t["torch float32"]
     rows = [("linear float32", t["float32"], torch32, "")]
     for name, _, _ in LOW_TYPES:
@@ -93,20 +90,6 @@ def linear_rows(backend: str, size: int, repeat: int) -> list[tuple[str, float, 
         note = f"torch {name} F.linear {tlow * 1e3:.1f} ms ({ours / tlow:.2f}x)"
         rows.append((f"linear {name}", ours, torch32, note))
     return rows
-
-
-def _medians(variants: dict, repeat: int) -> dict[str, float]:
-    """Each variant called once to warm up, then `repeat` rounds, each calling every variant
-    once in turn; the median wall time of each."""
-    for fn in variants.values():
-        fn()
-    times = {name: [] for name in variants}
-    for _ in range(repeat):
-        for name, fn in variants.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def _fma_times(backend: str, m: int, k: int, n: int, repeat: int) -> tuple[dict, bool]:
@@ -126,7 +109,7 @@ def _fma_times(backend: str, m: int, k: int, n: int, repeat: int) -> tuple[dict,
                                mojolike.cast(w, "float32", backend=backend), backend=backend)
 
     with torch.no_grad():
-        return _medians({"torch": lambda: F.linear(tx, tw),
+        return medians_in_turn({"torch": lambda: F.linear(tx, tw),
                          "f32": lambda: mojolike.linear(x32, w32, backend=backend),
                          "before": widen_then_f32,
                          "after": lambda: mojolike.linear(x, w, backend=backend)}, repeat), exact

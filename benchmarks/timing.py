@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import statistics
 import time
 import tracemalloc
 
@@ -39,6 +40,25 @@ def best_of(fn, repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return min(times)
+
+
+def medians_in_turn(variants: dict, repeat: int, warm: int = 3) -> dict:
+    """`warm` untimed rounds, then `repeat` timed ones, each round calling every variant once
+    in turn; the median wall time of each. A burst of load from another process then falls
+    on every variant alike, where separate best-of runs compare one side's quiet moment with
+    the other's; the warm rounds let the heap settle to the pattern of the rounds (on a VM a
+    fresh page costs more than many kernels: torch's softmax of (8192, 768) took 10 ms in
+    its first rounds after ours, 5 ms once the heap held pages for both)."""
+    for _ in range(warm):
+        for fn in variants.values():
+            fn()
+    times = {name: [] for name in variants}
+    for _ in range(repeat):
+        for name, fn in variants.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def peak_alloc(fn) -> int:

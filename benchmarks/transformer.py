@@ -1,6 +1,6 @@
 """The transformer ops against torch (CPU, same run, same threads): attention, rows, matmul.
 
-    python benchmarks/transformer.py [--backend cpu-numba] [--repeat 3] [--only ...]
+    python benchmarks/transformer.py [--backend cpu-numba] [--repeat 7] [--only ...]
 
 Every mojolike figure is the public function (what a user calls: checks, allocation,
 the kernels), against torch's forward + backward on the same data:
@@ -17,7 +17,8 @@ the kernels), against torch's forward + backward on the same data:
 - matmul (48, 1024, 64) @ (48, 64, 1024), forward only (target <= 2.5x).
 Then torch's run-to-run and batch-size variation beside ours: the bits of sequence 0's
 attention output alone and inside batches of 2, 3 and 4, and of two identical calls.
-Best-of-`repeat` times after a warm call, with glibc told to keep freed memory for both sides
+Medians of `repeat` rounds after a warm call, ours and torch's run in turn each round
+(timing.medians_in_turn), with glibc told to keep freed memory for both sides
 (timing.keep_freed_memory); quote ratios from one run, with the CPU model
 and load average it prints. Not a test.
 """
@@ -30,7 +31,7 @@ import platform
 import numpy as np
 import torch
 import torch.nn.functional as F
-from timing import best_of, keep_freed_memory
+from timing import keep_freed_memory, medians_in_turn
 
 import mojolike
 
@@ -76,8 +77,8 @@ def attention_case(backend, shape, repeat):
         mojolike.scaled_dot_product_attention(q, k, v, is_causal=True, **on)
         mojolike.scaled_dot_product_attention_backward(do, q, k, v, is_causal=True, **on)
 
-    ours_t, theirs_t = best_of(ours, repeat), best_of(theirs, repeat)
-    again = best_of(ours_again, repeat)
+    ours_t, theirs_t, again = medians_in_turn({"ours": ours, "theirs": theirs, "again": ours_again},
+                                              repeat).values()
     return ours_t, theirs_t, (f"  without saved (the backward runs the forward again): "
                               f"{again * 1e3:.1f} ms, ratio {again / theirs_t:.2f}")
 
@@ -108,7 +109,7 @@ def rows_case(backend, rows, repeat, which):
         else:
             F.layer_norm(tx, (n,), tw, tb, 1e-5).backward(tdy)
 
-    return best_of(ours, repeat), best_of(theirs, repeat)
+    return tuple(medians_in_turn({"ours": ours, "theirs": theirs}, repeat).values())
 
 
 def gelu_case(backend, rows, repeat, approximate):
@@ -125,14 +126,14 @@ def gelu_case(backend, rows, repeat, approximate):
         tx.grad = None
         F.gelu(tx, approximate=approximate).backward(tdy)
 
-    return best_of(ours, repeat), best_of(theirs, repeat)
+    return tuple(medians_in_turn({"ours": ours, "theirs": theirs}, repeat).values())
 
 
 def matmul_case(backend, repeat):
     a, b = _data((48, 1024, 64), 20), _data((48, 64, 1024), 21)
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-    return (best_of(lambda: mojolike.matmul(a, b, backend=backend), repeat),
-            best_of(lambda: torch.matmul(ta, tb), repeat))
+    return tuple(medians_in_turn({"ours": lambda: mojolike.matmul(a, b, backend=backend),
+                                  "theirs": lambda: torch.matmul(ta, tb)}, repeat).values())
 
 
 def variation(backend) -> None:
@@ -157,7 +158,7 @@ def variation(backend) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="cpu-numba")
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--only", default="softmax,layer_norm,gelu,gelu-tanh,attention,attention-long,matmul,"
                                          "variation")
     args = p.parse_args()
