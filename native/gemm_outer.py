@@ -36,6 +36,11 @@ starts at n - 96 and stores only the columns no other strip stores.
 
 `gemm_outer_nn` takes b stored (K, N) (out[i, j] = fold over k of a[i, k] * b[k, j], the
 cells of native/gemm_nn.py): only the packing differs, a row of the strip moved as vectors.
+`gemm_outer_tn` takes a stored (K, M) as well (out = a^T b, a linear's weight gradient dy^T x
+with dy as stored): a tile's four broadcasts a step read one line, a lane's lines lie M
+floats apart. The kernel is 3-8% slower than gemm_outer_nn on a's transposed copy, which
+costs more than that to make: linear_backward at 2048 rows, 1024 outputs and 256 inputs took
+17.5 ms against 23.5, at (2048, 768, 3072) about the same (medians of 9, Zen 4).
 `gemm_outer` adds each rounded product to its lane; `gemm_outer_fma` rounds the lane step
 once (`vfma`), the same bits wherever every product is exact (native/mixed_gemm.py,
 contracts/mixed.md clause 10), which its caller has established. `FAST` says where this
@@ -127,10 +132,11 @@ def _put(s, o, c):
 
 
 @njit(inline="always", **_STRICT)
-def _tile(a, kk, ra, bp, tmax, steps, rem, stack, order, dst, o):
-    """The chunk partials of a 4 x 96 tile into dst[o + 96 r : o + 96 r + 96] (row r): rows
-    of a at offsets ra + r * kk (the chunk's first k), the strip packed in bp; the chunk has
-    `steps` whole steps and `rem` lanes with one step more."""
+def _tile(a, rs, ks, ra, bp, tmax, steps, rem, stack, order, dst, o):
+    """The chunk partials of a 4 x 96 tile into dst[o + 96 r : o + 96 r + 96] (row r): a[i, k]
+    at i * rs + k * ks (`_a_strides`), the tile's first row at the chunk's first k at ra,
+    the strip packed in bp; the chunk has `steps` whole steps and `rem` lanes with one step
+    more."""
     z = vsplat(NEG_ZERO)
     z6 = (z, z, z, z, z, z)
     c0 = c1 = c2 = c3 = z6
@@ -138,20 +144,19 @@ def _tile(a, kk, ra, bp, tmax, steps, rem, stack, order, dst, o):
         lane = order[q]
         count = steps + 1 if lane < rem else steps
         c0 = c1 = c2 = c3 = z6
-        ka = ra + lane
-        pf = ra + 4 * kk + (q >> 3) * kk + (q & 7) * 128  # the next tile's a (may lie past it)
-        for f in range(8):
-            vprefetch(a, pf + 16 * f)
+        ka = ra + lane * ks
+        _prefetch(a, rs, ra, q)
         kb = lane * tmax * STRIP
+        step = LANES * ks
         for t in range(count):
-            k = ka + LANES * t
+            k = ka + step * t
             p = kb + STRIP * t
             v = (vload(bp, p), vload(bp, p + 16), vload(bp, p + 32), vload(bp, p + 48),
                  vload(bp, p + 64), vload(bp, p + 80))
             c0 = _step(_at(a, k), v, c0)
-            c1 = _step(_at(a, k + kk), v, c1)
-            c2 = _step(_at(a, k + 2 * kk), v, c2)
-            c3 = _step(_at(a, k + 3 * kk), v, c3)
+            c1 = _step(_at(a, k + rs), v, c1)
+            c2 = _step(_at(a, k + 2 * rs), v, c2)
+            c3 = _step(_at(a, k + 3 * rs), v, c3)
         level = 0
         carry = q
         while carry & 1:  # the tiles this lane completes, each the left operand
@@ -170,6 +175,29 @@ def _tile(a, kk, ra, bp, tmax, steps, rem, stack, order, dst, o):
     _put(dst, o + STRIP, c1)
     _put(dst, o + 2 * STRIP, c2)
     _put(dst, o + 3 * STRIP, c3)
+
+
+@njit(inline="always", **_STRICT)
+def _prefetch(a, rs, ra, q):
+    """Before lane number q of a tile: an eighth of a row's chunk of the next tile's a (8
+    lines; they may lie past a's end, a prefetch never faults), so the next tile finds a in
+    L1. (For a stored (K, M) the next tile's rows share the current tile's lines, and
+    these addresses fall on one row of a: no help, no harm.)"""
+    pf = ra + 4 * rs + (q >> 3) * rs + (q & 7) * 128
+    for f in range(8):
+        vprefetch(a, pf + 16 * f)
+
+
+@njit(inline="always", **_STRICT)
+def _a_strides(m, kk):
+    """(row stride, k stride) of a stored (M, K)."""
+    return kk, 1
+
+
+@njit(inline="always", **_STRICT)
+def _a_strides_t(m, kk):
+    """(row stride, k stride) of a stored transposed, (K, M)."""
+    return 1, m
 
 
 @njit(inline="always", **_STRICT)
@@ -203,6 +231,7 @@ def _unit(a, b, m, n, kk, i_lo, i_hi, j0, c_lo, bias, has_bias, chunk_partials, 
     partials themselves into out (nchunks, M, N)."""
     nchunks = (kk + CHUNK - 1) // CHUNK
     rows = i_hi - i_lo
+    rs, ks = _a_strides(m, kk)
     for ch in range(nchunks):
         base = CHUNK * ch
         end = min(base + CHUNK, kk)
@@ -211,8 +240,8 @@ def _unit(a, b, m, n, kk, i_lo, i_hi, j0, c_lo, bias, has_bias, chunk_partials, 
         i0 = i_lo
         while i0 < i_hi:
             i = min(i0, i_hi - ROWS)  # the last tile overlaps the one before it
-            _tile(a, kk, i * kk + base, bp, tmax, (end - base) // LANES, (end - base) % LANES,
-                  stack, ORDER, part, at + (i - i_lo) * STRIP)
+            _tile(a, rs, ks, i * rs + base * ks, bp, tmax, (end - base) // LANES,
+                  (end - base) % LANES, stack, ORDER, part, at + (i - i_lo) * STRIP)
             i0 += ROWS
     stride = rows * STRIP  # between a cell's chunk partials in `part`
     for i in range(i_lo, i_hi):
@@ -273,6 +302,12 @@ _unit_nn = njit(**_STRICT)(renamed(retarget(_unit, _pack=_pack_nn), "_unit_nn"))
 _gemm_outer_nn = njit(SIG, parallel=True, **_STRICT)(
     renamed(retarget(_gemm_outer, _unit=_unit_nn), "_gemm_outer_nn"))
 
+# a stored (K, M) too (out = a^T b: a linear's weight gradient dy^T x, no transposed copy)
+_unit_tn = njit(**_STRICT)(renamed(retarget(_unit, _pack=_pack_nn, _a_strides=_a_strides_t),
+                                   "_unit_tn"))
+_gemm_outer_tn = njit(SIG, parallel=True, **_STRICT)(
+    renamed(retarget(_gemm_outer, _unit=_unit_tn), "_gemm_outer_tn"))
+
 
 
 class OuterTwin(Twin):
@@ -287,8 +322,9 @@ class OuterTwin(Twin):
 
 
 gemm_outer, gemm_outer_fma = OuterTwin(_gemm_outer), OuterTwin(_gemm_outer_fma)
-gemm_outer_nn = OuterTwin(_gemm_outer_nn)
+gemm_outer_nn, gemm_outer_tn = OuterTwin(_gemm_outer_nn), OuterTwin(_gemm_outer_tn)
 
 HOT_KERNELS = {"gemm_outer._gemm_outer": (_gemm_outer, ("mulps", "addps")),
-               "gemm_outer._gemm_outer_nn": (_gemm_outer_nn, ("mulps", "addps"))}
+               "gemm_outer._gemm_outer_nn": (_gemm_outer_nn, ("mulps", "addps")),
+               "gemm_outer._gemm_outer_tn": (_gemm_outer_tn, ("mulps", "addps"))}
 FMA_KERNELS = {"gemm_outer._gemm_outer_fma": _gemm_outer_fma}

@@ -605,6 +605,22 @@ class NumbaLayers(NumbaBase):
         gemm_nn.gemm_nn(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k, out.reshape(-1))
         return True
 
+    def gemm_tn(self, a, b, out) -> bool:
+        """out[i, j] = fold_k a[k, i] * b[k, j]; a (K, M), b (K, N), out (M, N): gemm_nn's
+        cells on a's transpose without the transposed copy (a linear's weight gradient
+        dy^T x reads dy as stored). It runs where native/gemm_outer.py's tiles do (AVX-512,
+        M >= 4, N >= 96), returning True; elsewhere it writes nothing and returns False,
+        and the caller transposes a. Only cpu-numba has this method."""
+        from . import gemm_outer  # imported on first use, as gemm_nn
+
+        k, m = a.shape
+        n = b.shape[1]
+        if not gemm_outer.usable(m, n, k):
+            return False
+        gemm_outer.gemm_outer_tn(m * n * k // 32, a.reshape(-1), b.reshape(-1), m, n, k,
+                                 _PLACEHOLDER, False, False, out.reshape(-1))
+        return True
+
     def gemm_nt_chunks(self, a, b, out):
         """out (ceil(K/1024), M, N): the chunk partials of gemm_nt's cells (no pairwise tree)."""
         m, k = a.shape

@@ -134,6 +134,51 @@ def test_layers_gemm_nt_takes_the_outer_products_where_they_run(monkeypatch):
     assert calls == [(4, 96, 8)]
 
 
+@pytest.mark.parametrize("m, n, k", [(4, 96, 5), (7, 130, 1025), (9, 193, 2100), (37, 96, 70)])
+def test_a_and_b_stored_k_by_m_and_k_by_n_give_the_cells_of_gemm_nn_on_a_transposed(m, n, k):
+    from mojolike.native import gemm_nn
+
+    at, b = _data((k, m), 20), _data((k, n), 21)
+    want = np.empty(m * n, np.float32)
+    gemm_nn.gemm_nn(1, at.T.copy().reshape(-1), b.reshape(-1), m, n, k, want)
+    for work in (ON_POOL, ON_CALLER):
+        out = np.full(m * n, np.nan, np.float32)
+        gemm_outer.gemm_outer_tn(work, at.reshape(-1), b.reshape(-1), m, n, k, NO_BIAS, False,
+                                 False, out)
+        assert _same(out, want)
+    assert _same(want, _tiles(at.T.copy(), b.T.copy()))  # and gemm_nt's on both transposes
+
+
+@pytest.fixture
+def tn_calls(monkeypatch):
+    """The (m, n, k) of every gemm_outer_tn call the test makes."""
+    calls = []
+    kernel = gemm_outer.gemm_outer_tn
+    monkeypatch.setattr(gemm_outer, "gemm_outer_tn",
+                        lambda *args: calls.append(args[3:6]) or kernel(*args))
+    return calls
+
+
+def test_linear_backward_reads_dy_as_stored_for_the_weight_gradient_where_the_tiles_run(tn_calls):
+    calls = tn_calls
+    for width, seed, tiles in ((130, 22, [(100, 130, 50)]), (40, 25, [])):  # 40 < 96 columns
+        dy, x, w = _data((50, 100), seed), _data((50, width), seed + 1), _data((100, width), seed + 2)
+        calls.clear()
+        got = mojolike.linear_backward(dy, x, w, backend="cpu-numba")
+        want = mojolike.linear_backward(dy, x, w, backend="oracle")
+        assert calls == tiles
+        assert all(_same(g, h) for g, h in zip(got, want))
+
+
+def test_matmul_backward_reads_a_and_dy_as_stored_for_b_s_gradient_where_the_tiles_run(tn_calls):
+    a, b = _data((2, 1, 5, 4), 28), _data((3, 4, 96), 29)  # batch dimensions broadcast
+    dy = _data((2, 3, 5, 96), 30)
+    got = mojolike.matmul_backward(dy, a, b, backend="cpu-numba")
+    want = mojolike.matmul_backward(dy, a, b, backend="oracle")
+    assert tn_calls == [(4, 96, 5)] * 6  # A^T dY per output entry: (K, N) over the M rows
+    assert all(_same(g, h) for g, h in zip(got, want))
+
+
 @pytest.mark.parametrize("m, n, k", [(4, 96, 5), (7, 130, 1025), (9, 193, 2100)])
 def test_b_stored_k_by_n_gives_the_cells_of_gemm_nn(m, n, k):
     from mojolike.native import gemm_nn

@@ -148,9 +148,11 @@ def linear_backward(dy, x, weight, bias=True, *, backend=None, numeric_mode=None
     nn = getattr(k, "gemm_nn", None)
     if nn is None or not nn(g2, w, _rows(dx)):
         k.gemm_nt(g2, _t(w, out=dw), _NONE, False, _rows(dx))
-    gt = _t(g2)
-    if nn is None or not nn(gt, a2, dw):
-        k.gemm_nt(gt, _t(a2), _NONE, False, dw)
+    tn = getattr(k, "gemm_tn", None)  # cpu-numba: dy read as stored, no transposed copy
+    if tn is None or not tn(g2, a2, dw):
+        gt = _t(g2)
+        if nn is None or not nn(gt, a2, dw):
+            k.gemm_nt(gt, _t(a2), _NONE, False, dw)
     db = None
     if want_bias:
         db = np.empty(n, np.float32)

@@ -503,7 +503,7 @@ def matmul(a, b, *, backend=None, numeric_mode=None, entry, **unknown) -> np.nda
     out = checks.empty(entry, "a", batch + (m, n))
     o3 = out.reshape(-1, m, n)
     pairs = list(enumerate(zip(ia.tolist(), ib.tolist())))
-    if low is None and _each_gemm_nn(k, xa, y.reshape(-1, kk, n), o3, pairs):
+    if low is None and _each_gemm(k, "gemm_nn", xa, y.reshape(-1, kk, n), o3, pairs):
         return out  # b as stored (cpu-numba): the same cells, no copy
     yt = _transposed(y)  # (Pb, N, K): gemm_nt's b
     gemm = mixed.gemm_nt(entry, low, k, backend, numeric_mode)  # low types: FMA if exact
@@ -512,17 +512,18 @@ def matmul(a, b, *, backend=None, numeric_mode=None, entry, **unknown) -> np.nda
     return out
 
 
-def _each_gemm_nn(k, a3, b3, o3, pairs) -> bool:
-    """o3[p] = a3[i] @ b3[j] for each (p, (i, j)) by the kernel set's gemm_nn (b as stored),
-    where it has one that runs for these shapes (else nothing is written: False)."""
-    nn = getattr(k, "gemm_nn", None)
-    if nn is None or not pairs:
+def _each_gemm(k, name: str, a3, b3, o3, pairs) -> bool:
+    """o3[p] = the kernel set's `name` (gemm_nn: a3[i] @ b3[j], b as stored; gemm_tn:
+    a3[i]^T @ b3[j], both as stored) for each (p, (i, j)), where the set has that method and
+    it runs for these shapes (else nothing is written: False)."""
+    gemm = getattr(k, name, None)
+    if gemm is None or not pairs:
         return False
     p0, (i0, j0) = pairs[0]
-    if not nn(a3[i0], b3[j0], o3[p0]):
+    if not gemm(a3[i0], b3[j0], o3[p0]):
         return False
     for p, (i, j) in pairs[1:]:
-        nn(a3[i], b3[j], o3[p])
+        gemm(a3[i], b3[j], o3[p])
     return True
 
 
@@ -565,18 +566,21 @@ def matmul_backward(dy, a, b, *, backend=None, numeric_mode=None, entry, **unkno
     k = _kernels(entry, "layers", backend, numeric_mode)
     ia, ib = _entries(x.shape[:-2], batch), _entries(y.shape[:-2], batch)
     g3 = g.reshape(-1, m, n)
-    xt = _transposed(x)  # (Pa, K, M)
     yb = y.reshape(-1, kk, n)  # (Pb, K, N): dY B^T = gemm_nt(dY, B)
     ga = checks.empty(entry, "a", (ia.size, m, kk))
     gb = checks.empty(entry, "b", (ib.size, kk, n))
     pairs = list(enumerate(zip(ia.tolist(), ib.tolist())))
     for p, (i, j) in pairs:
         k.gemm_nt(g3[p], yb[j], _NONE, False, ga[p])
-    # A^T dY with dY as stored (cpu-numba), else gemm_nt(A^T, dY^T)
-    if not _each_gemm_nn(k, xt, g3, gb, [(p, (i, p)) for p, (i, _) in pairs]):
-        gt = _transposed(g)  # (P, N, M)
-        for p, (i, _) in pairs:
-            k.gemm_nt(xt[i], gt[p], _NONE, False, gb[p])
+    # A^T dY with A and dY as stored (cpu-numba's gemm_tn, where its tiles run), else with dY
+    # as stored (gemm_nn), else gemm_nt(A^T, dY^T)
+    per_a = [(p, (i, p)) for p, (i, _) in pairs]
+    if not _each_gemm(k, "gemm_tn", x.reshape(-1, m, kk), g3, gb, per_a):
+        xt = _transposed(x)  # (Pa, K, M)
+        if not _each_gemm(k, "gemm_nn", xt, g3, gb, per_a):
+            gt = _transposed(g)  # (P, N, M)
+            for p, (i, _) in pairs:
+                k.gemm_nt(xt[i], gt[p], _NONE, False, gb[p])
     da = _reduce(k, entry, "a", ga, ia, x.shape[:-2], x.shape)
     db = _reduce(k, entry, "b", gb, ib, y.shape[:-2], y.shape)
     return da, db
