@@ -24,11 +24,12 @@
   and the peak of the step (target: the bfloat16 step's peak at most 0.6x the float32
   step's).
 
-Casts: best-of-`repeat` times after a warm call; linear rows and `--fma`: medians of rounds in
-which every variant runs once in turn (the linear rows: `--repeat` rounds, after 3 untimed ones). glibc keeps freed
-memory for both sides (timing.keep_freed_memory: on a VM, fresh pages for the widened float32
-scratches cost more than the GEMM); quote ratios from one run, with the CPU model, thread
-counts and load average it prints (the machine may be shared). Not a test.
+Casts: best-of-`repeat` times after a warm call; linear rows and `--fma`: medians of rounds
+in which every variant runs once in turn (the linear rows: `--repeat` rounds, after 3
+untimed ones). glibc keeps freed memory for both sides (timing.keep_freed_memory: on a VM,
+fresh pages for the widened float32 scratches cost more than the GEMM); quote ratios from
+one run, with the CPU model, thread counts and load average it prints (the machine may be
+shared). Not a test.
 """
 from __future__ import annotations
 

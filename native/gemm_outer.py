@@ -17,10 +17,11 @@ prefetches an eighth of a row of the next tile's (8 lines): at 2048^3 on AMD Zen
 fused kernel took 103 ms against 111 without (paired medians of 9 runs; torch's F.linear
 94). The broadcasts themselves cost little there: the FMA with its broadcast folded in
 (`{1to16}`, inline assembly in a timing-only test) ran at the rate of the separate
-broadcast, both about 105 GFLOP/s a core with every operand in L1 or L2. A 3 x 128 tile (3 broadcasts and 8 loads of b a step) was no better overall: paired
-medians of 16 runs, 4% faster at 2048^3 and 1-6% slower at (2048, 3072, 768); 2 x 192 (12
-loads a step) 11% slower at 2048^3, and a lane-major packed copy of a slower still (the
-pass that packs it costs more than a's strided lines).
+broadcast, both about 105 GFLOP/s a core with every operand in L1 or L2. A 3 x 128 tile
+(3 broadcasts and 8 loads of b a step) was no better overall: paired medians of 16 runs,
+4% faster at 2048^3 and 1-6% slower at (2048, 3072, 768); 2 x 192 (12 loads a step) 11%
+slower at 2048^3, and a lane-major packed copy of a slower still (the pass that packs it
+costs more than a's strided lines).
 
 The strip of b a tile reads (96 of its rows, one chunk) is packed first, lane by lane
 and step by step (bp[(T l + t) * 96 + c] = b[j0 + c, base + 32 t + l], T the steps of a

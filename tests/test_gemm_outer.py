@@ -162,7 +162,8 @@ def tn_calls(monkeypatch):
 def test_linear_backward_reads_dy_as_stored_for_the_weight_gradient_where_the_tiles_run(tn_calls):
     calls = tn_calls
     for width, seed, tiles in ((130, 22, [(100, 130, 50)]), (40, 25, [])):  # 40 < 96 columns
-        dy, x, w = _data((50, 100), seed), _data((50, width), seed + 1), _data((100, width), seed + 2)
+        dy, x = _data((50, 100), seed), _data((50, width), seed + 1)
+        w = _data((100, width), seed + 2)
         calls.clear()
         got = mojolike.linear_backward(dy, x, w, backend="cpu-numba")
         want = mojolike.linear_backward(dy, x, w, backend="oracle")
