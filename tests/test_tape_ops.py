@@ -415,3 +415,31 @@ def test_a_refused_op_names_itself_and_leaves_the_tape_unchanged(call, op, optio
     assert (tape.mark(), tape.params) == before
     (g, *_) = tape.backward((v["x"] * 2).sum())  # still usable
     same(g, np.full((2, 3), 2, np.float32))
+
+
+def test_relu_backward_zeroes_the_walks_own_gradient_in_place_and_keeps_the_oracles_bits(
+        monkeypatch):
+    rng = np.random.default_rng(40)
+    x0 = rng.standard_normal((6, 5)).astype(np.float32)
+    w1 = rng.standard_normal((7, 5)).astype(np.float32)
+    w2 = rng.standard_normal((3, 7)).astype(np.float32)
+
+    def grads(backend):
+        tape = Tape(backend=backend)
+        a, b = tape.param(w1), tape.param(w2)
+        h = tape.relu(tape.linear(tape.const(x0), a))  # linear's dx: a buffer the walk owns
+        return tape.backward(tape.sum(tape.linear(h, b)))
+
+    seen = []
+    back = Tape._back_relu
+
+    def spy(self, node, dy, owned):
+        parts = back(self, node, dy, owned)
+        seen.append((owned, parts[0][0] is dy))
+        return parts
+
+    monkeypatch.setattr(Tape, "_back_relu", spy)
+    got = grads("cpu-numba")
+    assert seen == [(True, True)]
+    for g, want in zip(got, grads("oracle")):
+        _same(g, want)

@@ -53,6 +53,9 @@ def _loss_keywords(fn) -> tuple[str, ...]:
 
 # the ops whose nodes keep gradients computed in the forward (handed to the caller once freed)
 _KEEPS_GRADIENTS = ("cross_entropy", "chunked_lm_head_loss")
+# the ops whose backward may reuse the incoming gradient's buffer when the walk owns it (no
+# other slot and nothing the graph keeps holds it): relu zeroes it in place, cast passes it on
+_REUSES_DY = frozenset({"relu", "cast"})
 
 
 class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
@@ -321,9 +324,10 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
                 slot = self._gradient(slots, node_value)
                 if slot is None:
                     continue
-                dy = slot[0]
+                dy, owned = slot
                 node = node_value._node
-                parts = getattr(self, "_back_" + node.op)(node, dy)
+                back = getattr(self, "_back_" + node.op)
+                parts = back(node, dy, owned) if node.op in _REUSES_DY else back(node, dy)
                 for v, part in zip(node.inputs, parts):
                     if part is not None and v.requires_grad:
                         self._contribute(slots, v, *part)
@@ -405,9 +409,12 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
         dx, dw = rms_norm_backward(dy, node.inputs[0].data, w, node.saved, **self._on)
         return [(dx, True), (dw, True)]
 
-    def _back_relu(self, node, dy):
-        return [(np.where(node.saved <= 0, np.float32(0.0), dy).astype(np.float32, copy=False),
-                 True)]
+    def _back_relu(self, node, dy, owned):
+        off = node.saved <= 0
+        if owned and dy.flags.writeable:  # the walk's own buffer: no second activation-sized one
+            np.copyto(dy, np.float32(0.0), where=off)
+            return [(dy, True)]
+        return [(np.where(off, np.float32(0.0), dy).astype(np.float32, copy=False), True)]
 
     def _back_dropout(self, node, dy):
         generator, key = node.saved

@@ -73,8 +73,8 @@ class MixedOps:
             data = twin
         return self._push("cast", data, [v], None, reads_inputs=False)
 
-    def _back_cast(self, node, dy):
-        return [(dy, False)]  # passed on as it is: shared, so a later contribution copies
+    def _back_cast(self, node, dy, owned):
+        return [(dy, owned)]  # passed on as it is, owned by the walk only if it was
 
     def _wide(self, v: Value) -> np.ndarray:
         """A value's data as float32: itself, or its low-precision data widened exactly."""
