@@ -42,6 +42,11 @@ with dy as stored): a tile's four broadcasts a step read one line, a lane's line
 floats apart. The kernel is 3-8% slower than gemm_outer_nn on a's transposed copy, which
 costs more than that to make: linear_backward at 2048 rows, 1024 outputs and 256 inputs took
 17.5 ms against 23.5, at (2048, 768, 3072) about the same (medians of 9, Zen 4).
+`gemm_outer_low[form, kind]` is gemm_outer_nn ("nn") or gemm_outer_tn ("tn") with b given as
+bfloat16 or float16 patterns (uint16), each widened exactly as the strip is packed
+(simd.vload_bf16 / vload_f16, native/mixed.py's widening): the tiles read the floats the
+widened copy would hold, and no copy is made (a linear's backward on the tape's kept
+low-precision input and weight, 1-4% faster than widening first, medians of 7, Zen 4).
 `gemm_outer` adds each rounded product to its lane; `gemm_outer_fma` rounds the lane step
 once (`vfma`), the same bits wherever every product is exact (native/mixed_gemm.py,
 contracts/mixed.md clause 10), which its caller has established. `FAST` says where this
@@ -61,13 +66,14 @@ oracle's bits, for every thread count, row blocks and strip (tests/test_gemm_out
 from __future__ import annotations
 
 import numpy as np
-from numba import boolean, int64, njit, prange, void
+from numba import boolean, int64, njit, prange, types, uint16, void
 
 from ..oracles.fold import CHUNK, LANES
 from .fold import NEG_ZERO
 from .layers import _STRICT, F1, IN1, _claim, _pairwise_strided, _pairwise_vectors
 from .retarget import renamed, retarget
-from .simd import vadd, vfma, vload, vmul, vprefetch, vsplat, vstore
+from .simd import (vadd, vfma, vload, vload_bf16, vload_f16, vmul, vprefetch, vsplat,
+                   vstore)
 from .target import has_fma, has_zmm
 from .threads import PARALLEL_MIN, Twin, num_threads
 
@@ -77,6 +83,7 @@ ROW_BLOCK = 2048  # rows per unit of work at most: a strip packed once per chunk
 MIN_BLOCK = 256  # rows per unit at least, however many threads
 UNITS_PER_THREAD = 4  # units a thread should find, so that none waits long for the last
 SIG = void(IN1, IN1, int64, int64, int64, IN1, boolean, boolean, F1, int64)
+IN_HALF = types.Array(uint16, 1, "C", readonly=True)
 FAST = has_zmm()
 HAS_FMA = has_fma()  # where the fused variant may run (its callers check it)
 # the lanes in the order the butterfly's tree meets them depth first: q -> bit-reversed q
@@ -310,6 +317,20 @@ _gemm_outer_tn = njit(SIG, parallel=True, **_STRICT)(
     renamed(retarget(_gemm_outer, _unit=_unit_tn), "_gemm_outer_tn"))
 
 
+# b low-precision patterns (uint16), each widened exactly as the strip is packed (simd's
+# vload_bf16 / vload_f16): a linear's backward on a bfloat16 / float16 input and weight
+# keeps no float32 copy of either
+_pack_nn_bf16 = retarget(_pack_nn, njit(inline="always", **_STRICT), vload=vload_bf16)
+_pack_nn_f16 = retarget(_pack_nn, njit(inline="always", **_STRICT), vload=vload_f16)
+SIG_LOW = void(IN1, IN_HALF, int64, int64, int64, IN1, boolean, boolean, F1, int64)
+_LOW = {}
+for _kind, _pk in (("bfloat16", _pack_nn_bf16), ("float16", _pack_nn_f16)):
+    for _form, _strides in (("nn", _a_strides), ("tn", _a_strides_t)):
+        _u = njit(**_STRICT)(renamed(retarget(_unit, _pack=_pk, _a_strides=_strides),
+                                     f"_unit_{_form}_{_kind}"))
+        _LOW[_form, _kind] = njit(SIG_LOW, parallel=True, **_STRICT)(
+            renamed(retarget(_gemm_outer, _unit=_u), f"_gemm_outer_{_form}_{_kind}"))
+
 
 class OuterTwin(Twin):
     """The kernel's `Twin`, called as layers' gemm_nt_kernel (work first: the multiply-adds
@@ -324,6 +345,8 @@ class OuterTwin(Twin):
 
 gemm_outer, gemm_outer_fma = OuterTwin(_gemm_outer), OuterTwin(_gemm_outer_fma)
 gemm_outer_nn, gemm_outer_tn = OuterTwin(_gemm_outer_nn), OuterTwin(_gemm_outer_tn)
+# ("nn" | "tn", "bfloat16" | "float16") -> gemm_outer_nn / _tn with b as that type's patterns
+gemm_outer_low = {key: OuterTwin(kernel) for key, kernel in _LOW.items()}
 
 HOT_KERNELS = {"gemm_outer._gemm_outer": (_gemm_outer, ("mulps", "addps")),
                "gemm_outer._gemm_outer_nn": (_gemm_outer_nn, ("mulps", "addps")),

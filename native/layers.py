@@ -621,6 +621,23 @@ class NumbaLayers(NumbaBase):
                                  _PLACEHOLDER, False, False, out.reshape(-1))
         return True
 
+    def gemm_low(self, form: str, a, b, kind: str, out) -> bool:
+        """gemm_nn (form "nn") or gemm_tn ("tn") with b a bfloat16 or float16 buffer (`kind`),
+        each value widened exactly inside the kernel's packing (native/gemm_outer.py
+        `gemm_outer_low`): the cells of the float32 product on b widened, without the widened
+        copy. It runs where gemm_outer's tiles do, returning True; elsewhere it writes nothing
+        and returns False. Only cpu-numba has this method."""
+        from . import gemm_outer
+
+        m, k = a.shape if form == "nn" else a.shape[::-1]
+        n = b.shape[1]
+        if not gemm_outer.usable(m, n, k):
+            return False
+        gemm_outer.gemm_outer_low[form, kind](m * n * k // 32, a.reshape(-1),
+                                              b.view(np.uint16).reshape(-1), m, n, k,
+                                              _PLACEHOLDER, False, False, out.reshape(-1))
+        return True
+
     def gemm_nt_chunks(self, a, b, out):
         """out (ceil(K/1024), M, N): the chunk partials of gemm_nt's cells (no pairwise tree)."""
         m, k = a.shape

@@ -481,3 +481,56 @@ def vfma(typingctx, a, b, c):
                                             f"llvm.fma.v{WIDTH}f32")
         return builder.call(fn, list(args))
     return vec(a, b, c), codegen
+
+
+_I32V = ir.VectorType(ir.IntType(32), WIDTH)
+_I16V = ir.VectorType(ir.IntType(16), WIDTH)
+
+
+def _i32s(value: int) -> ir.Constant:
+    return ir.Constant(_I32V, [ir.Constant(ir.IntType(32), value)] * WIDTH)
+
+
+def _widen_bf16(b, h):
+    """bfloat16 patterns to float32: the pattern moved into the top half (exact)."""
+    return b.bitcast(b.shl(b.zext(h, _I32V), _i32s(16)), _VEC)
+
+
+def _widen_f16(b, h):
+    """float16 patterns to float32 as native/mixed.py's `_from_f16`: the magnitude's bits
+    moved up 13 places and that float32 times 2^112 (exact, subnormals included), then the
+    exponent of an infinity or NaN and the sign set; integer operations and one multiply, no
+    conversion instruction (none on some targets) and no library call."""
+    u = b.zext(h, _I32V)
+    t = b.bitcast(b.shl(b.and_(u, _i32s(0x7FFF)), _i32s(13)), _VEC)
+    scale = ir.Constant(_VEC, [ir.Constant(_F32, 2.0 ** 112)] * WIDTH)
+    t = b.bitcast(b.fmul(t, scale), _I32V)
+    inf = b.icmp_unsigned("==", b.and_(u, _i32s(0x7C00)), _i32s(0x7C00))
+    t = b.or_(t, b.select(inf, _i32s(0x7F800000), _i32s(0)))
+    t = b.or_(t, b.shl(b.and_(u, _i32s(0x8000)), _i32s(16)))
+    return b.bitcast(t, _VEC)
+
+
+def _load_low(name: str, widen, doc: str):
+    def impl(typingctx, arr, idx):
+        if not (isinstance(arr, types.Array) and arr.dtype == types.uint16 and arr.ndim == 1
+                and arr.layout == "C"):
+            raise TypeError(f"{name} takes a C-contiguous 1-D uint16 array, not {arr}")
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), _I16V.as_pointer())
+            return widen(builder, builder.load(ptr, align=2))
+        return vec(arr, idx), codegen
+    impl.__name__ = name
+    impl.__doc__ = doc
+    return intrinsic(impl)
+
+
+vload_bf16 = _load_low("vload_bf16", _widen_bf16,
+                       "The WIDTH bfloat16 patterns arr[idx : idx + WIDTH] (uint16) widened "
+                       "exactly to float32 lanes (unaligned, unchecked).")
+vload_f16 = _load_low("vload_f16", _widen_f16,
+                      "The WIDTH float16 patterns arr[idx : idx + WIDTH] (uint16) widened "
+                      "exactly to float32 lanes, NaN payloads kept as numpy's astype keeps "
+                      "them (unaligned, unchecked).")

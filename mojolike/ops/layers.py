@@ -140,24 +140,62 @@ def linear_backward(dy, x, weight, bias=True, *, backend=None, numeric_mode=None
     if g.shape != a.shape[:-1] + (n,):
         refuse(e, "dy", f"has shape {g.shape} but linear(x, weight) has shape {a.shape[:-1] + (n,)}")
     k = _kernels(e, backend, numeric_mode)
-    g2, a2 = _rows(g), _rows(a)
+    g2 = _rows(g)
     dx = checks.empty(e, "x", a.shape)
     dw = checks.empty(e, "weight", w.shape)
-    # cpu-numba's gemm_nn reads weight and x as stored; elsewhere weight's transpose waits in
-    # dweight's own buffer until dweight is written: no parameter-sized temporary
+    _dx_product(k, g2, w, _rows(dx), dw)
+    _dw_product(k, g2, _rows(a), dw)
+    return dx, dw, _dbias(k, g2, want_bias)
+
+
+def _dx_product(k, g2: np.ndarray, w: np.ndarray, dx2: np.ndarray, scratch: np.ndarray) -> None:
+    """dx2 = g2 @ w: cpu-numba's gemm_nn reads weight as stored; elsewhere weight's transpose
+    waits in `scratch` (dweight's own buffer, written after this) until dx2 is written: no
+    parameter-sized temporary."""
     nn = getattr(k, "gemm_nn", None)
-    if nn is None or not nn(g2, w, _rows(dx)):
-        k.gemm_nt(g2, _t(w, out=dw), _NONE, False, _rows(dx))
-    tn = getattr(k, "gemm_tn", None)  # cpu-numba: dy read as stored, no transposed copy
+    if nn is None or not nn(g2, w, dx2):
+        k.gemm_nt(g2, _t(w, out=scratch), _NONE, False, dx2)
+
+
+def _dw_product(k, g2: np.ndarray, a2: np.ndarray, dw: np.ndarray) -> None:
+    """dw = g2^T @ a2: cpu-numba's gemm_tn reads dy as stored (no transposed copy), else
+    gemm_nn on dy's transpose, else gemm_nt on both transposes."""
+    tn = getattr(k, "gemm_tn", None)
     if tn is None or not tn(g2, a2, dw):
         gt = _t(g2)
+        nn = getattr(k, "gemm_nn", None)
         if nn is None or not nn(gt, a2, dw):
             k.gemm_nt(gt, _t(a2), _NONE, False, dw)
-    db = None
-    if want_bias:
-        db = np.empty(n, np.float32)
-        k.col_fold(g2, g2, False, db)
-    return dx, dw, db
+
+
+def _dbias(k, g2: np.ndarray, want: bool):
+    if not want:
+        return None
+    db = np.empty(g2.shape[1], np.float32)
+    k.col_fold(g2, g2, False, db)
+    return db
+
+
+def linear_backward_low(entry: str, dy: np.ndarray, x: np.ndarray, weight: np.ndarray,
+                        bias: bool, backend=None, numeric_mode=None):
+    """linear_backward's (dx, dweight, dbias) for a float32 dy and an x and weight of one low
+    type (bfloat16 / float16) that the tape kept: the float32 op on them widened exactly, bit
+    for bit (contracts/mixed.md clause 30). The tape's arrays, so no argument check: cpu-numba
+    widens each inside the GEMM's packing where its tiles run (`gemm_low`), so neither has a
+    float32 copy; elsewhere that operand is widened first and the float32 products run."""
+    k = _kernels(entry, backend, numeric_mode)
+    kind = checks.cast_type_of(x)
+    low = getattr(k, "gemm_low", None)
+    g2 = _rows(np.ascontiguousarray(dy, dtype=np.float32))
+    dx = np.empty(x.shape, np.float32)
+    dw = np.empty(weight.shape, np.float32)
+    if low is None or not low("nn", g2, weight, kind, _rows(dx)):
+        _dx_product(k, g2, mixed.cast(weight, "float32", backend=backend,
+                                      numeric_mode=numeric_mode), _rows(dx), dw)
+    if low is None or not low("tn", g2, _rows(x), kind, dw):
+        _dw_product(k, g2, _rows(mixed.cast(x, "float32", backend=backend,
+                                            numeric_mode=numeric_mode)), dw)
+    return dx, dw, _dbias(k, g2, bias)
 
 
 # -- embedding ----------------------------------------------------------------------------------

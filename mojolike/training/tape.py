@@ -23,6 +23,7 @@ from ..ops.layers import (
     embedding_backward,
     linear,
     linear_backward,
+    linear_backward_low,
     relu,
     rms_norm,
     rms_norm_backward,
@@ -236,7 +237,10 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
         e = entry
         a = self._own(e, "x", x, low=True)
         with as_entry(e):
-            y = self._narrowed(relu(self._wide(a), **self._on), a)
+            if a.data.dtype == np.float32:
+                y = relu(a.data, **self._on)
+            else:
+                y = self._rounded_op(lambda part: relu(part, **self._on), a)
         return self._push("relu", y, [a], y, reads_inputs=False)
 
     @entry_point()
@@ -395,8 +399,13 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
         return slots.pop(v._index, None)
 
     def _back_linear(self, node, dy):
-        x, w = self._wide(node.inputs[0]), self._wide(node.inputs[1])  # kept as they came
-        dx, dw, db = linear_backward(dy, x, w, bias=len(node.inputs) == 3, **self._on)
+        x, w = node.inputs[0].data, node.inputs[1].data  # kept as they came
+        bias = len(node.inputs) == 3
+        if x.dtype == np.float32:
+            dx, dw, db = linear_backward(dy, x, w, bias=bias, **self._on)
+        else:  # one low type: widened inside the products, no float32 copy of x or w
+            dx, dw, db = linear_backward_low("mojolike.Tape.backward", dy, x, w, bias,
+                                             **self._on)
         return [(dx, True), (dw, True), (db, True)]
 
     def _back_embedding(self, node, dy):

@@ -15,7 +15,11 @@ float32 op on the widened operands, contracts/mixed.md clauses 9 and 29), by `em
 (a low-precision table), `layer_norm` (a float32 result) and `gelu` and `relu` (a result
 of the input's type: the float32 op rounded once), all of which keep them in their own
 precision for the backward and widen them there, exactly (clause 30); every other op
-refuses them by name, and `tape.cast(v, "float32")` widens one.
+refuses them by name, and `tape.cast(v, "float32")` widens one. relu and gelu on a
+low-precision value widen it a block at a time (`_rounded_op`), and the backward of linear
+takes the kept input and weight as they are (their products widen them while packing,
+ops.layers.linear_backward_low): no step holds a float32 copy of a whole low-precision
+activation.
 
 Reproducibility: a cast rounds each element on its own (clause 8) and the contractions
 give the float32 op's bits on every backend, so a low-precision tape's values and
@@ -38,6 +42,8 @@ from ..core.entry import entry_point
 from ..core.refusals import refuse
 from ..ops.mixed import cast
 from .tape_base import Value, as_entry
+
+WIDE_ELEMENTS = 1 << 18  # an elementwise op on a low-precision value widens this many at a time
 
 
 class MixedOps:
@@ -81,6 +87,20 @@ class MixedOps:
         if v.data.dtype == np.float32:
             return v.data
         return cast(v.data, "float32", **self._on)
+
+    def _rounded_op(self, op, like: Value) -> np.ndarray:
+        """op(x widened), rounded once to x's type (x = like.data, low precision): an
+        elementwise float32 op, run WIDE_ELEMENTS elements at a time and rounded into the
+        result's slots, so no float32 copy of a whole activation is made (each element's
+        operations, so its bits, are the whole call's)."""
+        x = np.ascontiguousarray(like.data).reshape(-1)
+        y = np.empty(like.shape, like.data.dtype)
+        flat, kind = y.reshape(-1), checks.cast_type_of(like.data)
+        for lo in range(0, x.size, WIDE_ELEMENTS):
+            hi = min(lo + WIDE_ELEMENTS, x.size)
+            part = op(cast(x[lo:hi], "float32", **self._on))
+            cast(part, kind, out=flat[lo:hi], **self._on)
+        return y
 
     def _narrowed(self, y: np.ndarray, like: Value) -> np.ndarray:
         """A float32 result rounded once to `like`'s type (itself when that is float32)."""

@@ -93,7 +93,10 @@ class TransformerOps:
         (torch's autocast runs gelu in the input's type), and is kept as it is."""
         a = self._own(entry, "x", x, low=True)
         with as_entry(entry):
-            y = self._narrowed(tops.gelu(self._wide(a), approximate, **self._on), a)
+            if a.data.dtype == np.float32:
+                y = tops.gelu(a.data, approximate, **self._on)
+            else:
+                y = self._rounded_op(lambda part: tops.gelu(part, approximate, **self._on), a)
         return self._push("gelu", y, [a], approximate)
 
     def _back_gelu(self, node, dy):
