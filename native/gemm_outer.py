@@ -42,7 +42,7 @@ with dy as stored): a tile's four broadcasts a step read one line, a lane's line
 floats apart. The kernel is 3-8% slower than gemm_outer_nn on a's transposed copy, which
 costs more than that to make: linear_backward at 2048 rows, 1024 outputs and 256 inputs took
 17.5 ms against 23.5, at (2048, 768, 3072) about the same (medians of 9, Zen 4).
-`gemm_outer_low[form, kind]` is gemm_outer_nn ("nn") or gemm_outer_tn ("tn") with b given as
+`gemm_outer_low(form, kind)` is gemm_outer_nn ("nn") or gemm_outer_tn ("tn") with b given as
 bfloat16 or float16 patterns (uint16), each widened exactly as the strip is packed
 (simd.vload_bf16 / vload_f16, native/mixed.py's widening): the tiles read the floats the
 widened copy would hold, and no copy is made (a linear's backward on the tape's kept
@@ -323,13 +323,7 @@ _gemm_outer_tn = njit(SIG, parallel=True, **_STRICT)(
 _pack_nn_bf16 = retarget(_pack_nn, njit(inline="always", **_STRICT), vload=vload_bf16)
 _pack_nn_f16 = retarget(_pack_nn, njit(inline="always", **_STRICT), vload=vload_f16)
 SIG_LOW = void(IN1, IN_HALF, int64, int64, int64, IN1, boolean, boolean, F1, int64)
-_LOW = {}
-for _kind, _pk in (("bfloat16", _pack_nn_bf16), ("float16", _pack_nn_f16)):
-    for _form, _strides in (("nn", _a_strides), ("tn", _a_strides_t)):
-        _u = njit(**_STRICT)(renamed(retarget(_unit, _pack=_pk, _a_strides=_strides),
-                                     f"_unit_{_form}_{_kind}"))
-        _LOW[_form, _kind] = njit(SIG_LOW, parallel=True, **_STRICT)(
-            renamed(retarget(_gemm_outer, _unit=_u), f"_gemm_outer_{_form}_{_kind}"))
+_LOW: dict = {}  # (form, kind) -> its OuterTwin, once requested
 
 
 class OuterTwin(Twin):
@@ -345,8 +339,22 @@ class OuterTwin(Twin):
 
 gemm_outer, gemm_outer_fma = OuterTwin(_gemm_outer), OuterTwin(_gemm_outer_fma)
 gemm_outer_nn, gemm_outer_tn = OuterTwin(_gemm_outer_nn), OuterTwin(_gemm_outer_tn)
-# ("nn" | "tn", "bfloat16" | "float16") -> gemm_outer_nn / _tn with b as that type's patterns
-gemm_outer_low = {key: OuterTwin(kernel) for key, kernel in _LOW.items()}
+
+
+def gemm_outer_low(form: str, kind: str) -> OuterTwin:
+    """gemm_outer_nn (form "nn") or gemm_outer_tn ("tn") with b as `kind`'s patterns
+    ("bfloat16" or "float16", uint16), compiled on its first request: a process that never
+    trains in low precision compiles none of the four."""
+    twin = _LOW.get((form, kind))
+    if twin is None:
+        pack = _pack_nn_bf16 if kind == "bfloat16" else _pack_nn_f16
+        strides = _a_strides if form == "nn" else _a_strides_t
+        unit = njit(**_STRICT)(renamed(retarget(_unit, _pack=pack, _a_strides=strides),
+                                       f"_unit_{form}_{kind}"))
+        kernel = njit(SIG_LOW, parallel=True, **_STRICT)(
+            renamed(retarget(_gemm_outer, _unit=unit), f"_gemm_outer_{form}_{kind}"))
+        twin = _LOW[form, kind] = OuterTwin(kernel)
+    return twin
 
 HOT_KERNELS = {"gemm_outer._gemm_outer": (_gemm_outer, ("mulps", "addps")),
                "gemm_outer._gemm_outer_nn": (_gemm_outer_nn, ("mulps", "addps")),

@@ -633,7 +633,7 @@ class NumbaLayers(NumbaBase):
         n = b.shape[1]
         if not gemm_outer.usable(m, n, k):
             return False
-        gemm_outer.gemm_outer_low[form, kind](m * n * k // 32, a.reshape(-1),
+        gemm_outer.gemm_outer_low(form, kind)(m * n * k // 32, a.reshape(-1),
                                               b.view(np.uint16).reshape(-1), m, n, k,
                                               _PLACEHOLDER, False, False, out.reshape(-1))
         return True

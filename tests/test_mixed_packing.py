@@ -71,7 +71,7 @@ def test_the_gemm_packing_a_low_precision_b_equals_the_float32_gemm_on_it_widene
     want, got = np.empty(m * n, np.float32), np.empty(m * n, np.float32)
     float32_kernel = gemm_outer.gemm_outer_nn if form == "nn" else gemm_outer.gemm_outer_tn
     float32_kernel(*args, wide.reshape(-1), m, n, k, _PLACEHOLDER, False, False, want)
-    gemm_outer.gemm_outer_low[form, low](*args, b.view(np.uint16).reshape(-1), m, n, k,
+    gemm_outer.gemm_outer_low(form, low)(*args, b.view(np.uint16).reshape(-1), m, n, k,
                                          _PLACEHOLDER, False, False, got)
     assert np.array_equal(_bits(got), _bits(want))
 
