@@ -30,7 +30,7 @@ from ..ops.layers import (
 )
 from ..ops.loss import cross_entropy
 from ..ops.rng import TWO64, Generator
-from .tape_base import Handle, Value, _Node, as_entry, binary
+from .tape_base import BACKWARD, Handle, Value, _Node, as_entry, binary
 from .tape_math import MathOps
 from .tape_mixed import MixedOps, low_refusal
 from .tape_shapes import ShapeOps
@@ -404,8 +404,7 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
         if x.dtype == np.float32:
             dx, dw, db = linear_backward(dy, x, w, bias=bias, **self._on)
         else:  # one low type: widened inside the products, no float32 copy of x or w
-            dx, dw, db = linear_backward_low("mojolike.Tape.backward", dy, x, w, bias,
-                                             **self._on)
+            dx, dw, db = linear_backward_low(BACKWARD, dy, x, w, bias, **self._on)
         return [(dx, True), (dw, True), (db, True)]
 
     def _back_embedding(self, node, dy):

@@ -30,6 +30,8 @@ from ..core import checks
 from ..core.entry import entry_point
 from ..core.refusals import Refusal, refuse
 
+BACKWARD = "mojolike.Tape.backward"  # the entry a backward rule's own calls run under
+
 
 class _Node:
     __slots__ = ("inputs", "op", "saved", "spent")

@@ -30,7 +30,7 @@ from ..core.refusals import refuse
 from ..ops import attention as attn
 from ..ops import transformer as tops
 from ..ops.mixed import widened
-from .tape_base import Value, as_entry
+from .tape_base import BACKWARD, Value, as_entry
 
 
 class TransformerOps:
@@ -155,7 +155,7 @@ class TransformerOps:
         if call.q is None:
             q, k, v = (self._wide(t) for t in node.inputs)
             call = dataclasses.replace(call, q=q, k=k, v=v)
-        dq, dk, dv = attn.backward("mojolike.Tape.backward", call, _c(dy), o, stats, kset)
+        dq, dk, dv = attn.backward(BACKWARD, call, _c(dy), o, stats, kset)
         return [(dq, True), (dk, True), (dv, True)]
 
 
