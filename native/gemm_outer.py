@@ -356,6 +356,7 @@ def gemm_outer_low(form: str, kind: str) -> OuterTwin:
         twin = _LOW[form, kind] = OuterTwin(kernel)
     return twin
 
+
 HOT_KERNELS = {"gemm_outer._gemm_outer": (_gemm_outer, ("mulps", "addps")),
                "gemm_outer._gemm_outer_nn": (_gemm_outer_nn, ("mulps", "addps")),
                "gemm_outer._gemm_outer_tn": (_gemm_outer_tn, ("mulps", "addps"))}

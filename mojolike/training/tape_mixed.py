@@ -102,12 +102,6 @@ class MixedOps:
             cast(part, kind, out=flat[lo:hi], **self._on)
         return y
 
-    def _narrowed(self, y: np.ndarray, like: Value) -> np.ndarray:
-        """A float32 result rounded once to `like`'s type (itself when that is float32)."""
-        if like.data.dtype == np.float32:
-            return y
-        return cast(y, checks.cast_type_of(like.data), **self._on)
-
 
 def low_refusal(e: str, name: str, v: Value) -> None:
     """Refuse a low-precision value where an op takes float32 only."""
