@@ -237,10 +237,7 @@ class Tape(ShapeOps, MathOps, TransformerOps, MixedOps):
         e = entry
         a = self._own(e, "x", x, low=True)
         with as_entry(e):
-            if a.data.dtype == np.float32:
-                y = relu(a.data, **self._on)
-            else:
-                y = self._rounded_op(lambda part: relu(part, **self._on), a)
+            y = self._rounded_op(lambda part: relu(part, **self._on), a)
         return self._push("relu", y, [a], y, reads_inputs=False)
 
     @entry_point()

@@ -89,10 +89,13 @@ class MixedOps:
         return cast(v.data, "float32", **self._on)
 
     def _rounded_op(self, op, like: Value) -> np.ndarray:
-        """op(x widened), rounded once to x's type (x = like.data, low precision): an
-        elementwise float32 op, run WIDE_ELEMENTS elements at a time and rounded into the
-        result's slots, so no float32 copy of a whole activation is made (each element's
-        operations, so its bits, are the whole call's)."""
+        """The elementwise float32 op on x = like.data, a result of x's type: op(x) itself
+        for a float32 x; for a low-precision x, op(x widened) rounded once, run WIDE_ELEMENTS
+        elements at a time and rounded into the result's slots, so no float32 copy of a
+        whole activation is made (each element's operations, so its bits, are the whole
+        call's)."""
+        if like.data.dtype == np.float32:
+            return op(like.data)
         x = np.ascontiguousarray(like.data).reshape(-1)
         y = np.empty(like.shape, like.data.dtype)
         flat, kind = y.reshape(-1), checks.cast_type_of(like.data)

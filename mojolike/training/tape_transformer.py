@@ -93,10 +93,7 @@ class TransformerOps:
         (torch's autocast runs gelu in the input's type), and is kept as it is."""
         a = self._own(entry, "x", x, low=True)
         with as_entry(entry):
-            if a.data.dtype == np.float32:
-                y = tops.gelu(a.data, approximate, **self._on)
-            else:
-                y = self._rounded_op(lambda part: tops.gelu(part, approximate, **self._on), a)
+            y = self._rounded_op(lambda part: tops.gelu(part, approximate, **self._on), a)
         return self._push("gelu", y, [a], approximate)
 
     def _back_gelu(self, node, dy):
